@@ -1,0 +1,79 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Header(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class DeadLetter(_message.Message):
+    __slots__ = ("original_value", "original_key", "original_headers", "topic", "partition", "offset", "stage", "reason", "error_code", "attempts", "failed_unix_ns", "request_id", "tenant", "original_size", "truncated", "original_sha256")
+    ORIGINAL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_KEY_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_SHA256_FIELD_NUMBER: _ClassVar[int]
+    original_value: bytes
+    original_key: bytes
+    original_headers: _containers.RepeatedCompositeFieldContainer[Header]
+    topic: str
+    partition: int
+    offset: int
+    stage: str
+    reason: str
+    error_code: str
+    attempts: int
+    failed_unix_ns: int
+    request_id: str
+    tenant: str
+    original_size: int
+    truncated: bool
+    original_sha256: str
+    def __init__(self, original_value: _Optional[bytes] = ..., original_key: _Optional[bytes] = ..., original_headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., stage: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ..., attempts: _Optional[int] = ..., failed_unix_ns: _Optional[int] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., original_size: _Optional[int] = ..., truncated: bool = ..., original_sha256: _Optional[str] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("pool", "worker_id", "engine", "models", "adapters", "in_flight", "max_in_flight", "queue_depth", "kv_usage", "sent_unix_ns", "modalities", "max_lora_rank")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    KV_USAGE_FIELD_NUMBER: _ClassVar[int]
+    SENT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    MODALITIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    worker_id: str
+    engine: str
+    models: _containers.RepeatedScalarFieldContainer[str]
+    adapters: _containers.RepeatedScalarFieldContainer[str]
+    in_flight: int
+    max_in_flight: int
+    queue_depth: int
+    kv_usage: float
+    sent_unix_ns: int
+    modalities: _containers.RepeatedScalarFieldContainer[str]
+    max_lora_rank: int
+    def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ...) -> None: ...

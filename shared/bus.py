@@ -1,0 +1,456 @@
+"""Kafka producer and consumer with the stage rules of DESIGN.md §3, on aiokafka.
+
+- At-least-once: an offset is committed only when the record's outputs were acknowledged
+  by the broker, and only up to the lowest record of its partition still in flight.
+- Bounded in-flight records per consumer (fetch only as many as there are free slots).
+- A handler error is retried with exponential backoff; `Rejected` (poison) and exhausted
+  retries write a DLQ record (original bytes, reason, stage, offset) and move on.
+- Producing outputs is retried until it succeeds or the stage stops: a broker outage is not
+  the record's fault, so it never sends a record to the DLQ.
+- `stop()` stops fetching, drains in-flight records (bounded), commits, then closes.
+
+Why not FastStream: its subscriber acks per message, and with concurrent workers it cannot
+hold back an offset until every earlier record of the partition is done; the rules above are
+the point of this module, so it is written on aiokafka directly (about the same size as the
+FastStream wiring would be). The AsyncAPI document is generated from shared.topics instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+from switchyard.v1.events_pb2 import DeadLetter, Header
+
+from shared.config import Settings
+from shared.envelope import ErrorCode, Rejected
+from shared.telemetry import (
+    CONSUMER_LAG,
+    ERRORS,
+    IN_FLIGHT,
+    PRODUCED,
+    QUEUE_WAIT_SECONDS,
+    RECORDS,
+    STAGE_SECONDS,
+    get_logger,
+)
+
+log = get_logger(__name__)
+
+SENT_NS_HEADER = "sy-sent-ns"
+CONTENT_TYPE_HEADER = "content-type"
+
+Headers = list[tuple[str, bytes]]
+
+
+def header(headers: Sequence[tuple[str, bytes | None]] | None, key: str) -> str | None:
+    """Last value of a header as text (Kafka allows repeats; the last one wins)."""
+    found = None
+    for k, v in headers or []:
+        if k == key and v is not None:
+            found = v.decode("latin-1")
+    return found
+
+
+def sent_ns(rec: ConsumerRecord) -> int | None:
+    """When the record was produced: our header (ns), else the Kafka CreateTime (ms) of outside producers."""
+    v = header(rec.headers, SENT_NS_HEADER)
+    if v and v.isdigit():
+        return int(v)
+    if rec.timestamp_type == 0 and rec.timestamp and rec.timestamp > 0:
+        return int(rec.timestamp) * 1_000_000
+    return None
+
+
+def client_kwargs(settings: Settings) -> dict[str, object]:
+    """Connection options shared by producers, consumers and admin clients."""
+    kw: dict[str, object] = {
+        "bootstrap_servers": settings.kafka_bootstrap or "127.0.0.1:9092",
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_sasl_mechanism:
+        kw["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        kw["sasl_plain_username"] = settings.kafka_sasl_username
+        kw["sasl_plain_password"] = (
+            settings.kafka_sasl_password.get_secret_value() if settings.kafka_sasl_password else None
+        )
+    if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        from aiokafka.helpers import create_ssl_context
+
+        kw["ssl_context"] = create_ssl_context()
+    return kw
+
+
+@dataclass(slots=True)
+class OutRecord:
+    """A record to produce: the bus adds the sent-time header and awaits the broker's ack."""
+
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    headers: Headers = field(default_factory=list)
+    partition: int | None = None
+
+
+class Producer:
+    """aiokafka producer with acks=all; `send_all` returns once every record is acknowledged."""
+
+    def __init__(self, settings: Settings, client_id: str = "switchyard") -> None:
+        self._settings = settings
+        self._p = AIOKafkaProducer(
+            **client_kwargs(settings),  # type: ignore[arg-type]
+            client_id=client_id,
+            acks="all",
+            # Idempotence/transactions are off: the embedded broker refuses InitProducerId v0,
+            # and consumers dedupe by request_id anyway (DESIGN §3).
+            enable_idempotence=False,
+            linger_ms=settings.kafka_linger_ms,
+            max_request_size=settings.kafka_max_request_bytes,
+            request_timeout_ms=30000,
+        )
+
+    async def start(self) -> None:
+        await self._p.start()
+
+    async def stop(self) -> None:
+        await self._p.stop()
+
+    async def send_all(self, records: Sequence[OutRecord]) -> None:
+        """Produce records (batched by the client) and wait for every ack."""
+        futures = []
+        for r in records:
+            headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
+            headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
+            futures.append(
+                await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
+            )
+        for r, fut in zip(records, futures, strict=True):
+            await fut
+            PRODUCED.labels(r.topic).inc()
+
+    async def send(self, record: OutRecord) -> None:
+        await self.send_all([record])
+
+
+class OffsetTracker:
+    """Which offset of each partition may be committed while records finish out of order."""
+
+    def __init__(self) -> None:
+        self._pending: dict[TopicPartition, set[int]] = {}
+        self._next: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+
+    def add(self, tp: TopicPartition, offset: int) -> None:
+        self._pending.setdefault(tp, set()).add(offset)
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+
+    def done(self, tp: TopicPartition, offset: int) -> None:
+        pending = self._pending.get(tp)
+        if pending is not None:
+            pending.discard(offset)
+
+    def in_flight(self, tp: TopicPartition) -> int:
+        return len(self._pending.get(tp, ()))
+
+    def committable(self) -> dict[TopicPartition, int]:
+        """Offsets to commit now: below the lowest pending one, and only where they moved."""
+        out = {}
+        for tp, nxt in self._next.items():
+            pending = self._pending.get(tp)
+            pos = min(pending) if pending else nxt
+            if self._committed.get(tp, -1) < pos:
+                out[tp] = pos
+        return out
+
+    def mark_committed(self, offsets: dict[TopicPartition, int]) -> None:
+        for tp, pos in offsets.items():
+            self._committed[tp] = max(self._committed.get(tp, -1), pos)
+
+    def forget(self, tps: Sequence[TopicPartition]) -> None:
+        for tp in tps:
+            self._pending.pop(tp, None)
+            self._next.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def next_offset(self, tp: TopicPartition) -> int | None:
+        return self._next.get(tp)
+
+
+Handler = Callable[[ConsumerRecord], Awaitable[Sequence[OutRecord]]]
+# Called when a record goes to the DLQ: may fill in the dead letter's request_id/tenant and
+# return extra records to produce with it (e.g. an error reply for a waiting requester).
+DeadHook = Callable[[ConsumerRecord, DeadLetter], Sequence[OutRecord]]
+
+
+def backoff_s(attempt: int, base_ms: int, max_ms: int) -> float:
+    """Exponential backoff with full jitter, attempt counting from 1."""
+    return random.uniform(0, min(max_ms, base_ms * (2 ** (attempt - 1)))) / 1000.0
+
+
+def dead_letter(
+    rec: ConsumerRecord, stage: str, code: str, reason: str, attempts: int, max_bytes: int
+) -> DeadLetter:
+    value = rec.value or b""
+    truncated = len(value) > max_bytes
+    return DeadLetter(
+        original_value=value[:max_bytes],
+        original_key=rec.key or b"",
+        original_headers=[Header(key=k, value=v or b"") for k, v in (rec.headers or [])],
+        topic=rec.topic,
+        partition=rec.partition,
+        offset=rec.offset,
+        stage=stage,
+        reason=reason,
+        error_code=code,
+        attempts=attempts,
+        failed_unix_ns=time.time_ns(),
+        original_size=len(value),
+        truncated=truncated,
+        original_sha256=hashlib.sha256(value).hexdigest(),
+    )
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, consumer: StageConsumer) -> None:
+        self._c = consumer
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        await self._c._on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        log.info(
+            "partitions assigned",
+            stage=self._c.stage,
+            partitions=[f"{t.topic}:{t.partition}" for t in assigned],
+        )
+
+
+class StageConsumer:
+    """Consume topics in a group and run `handler` on each record under the stage rules."""
+
+    def __init__(
+        self,
+        *,
+        stage: str,
+        topics: Sequence[str],
+        group_id: str,
+        handler: Handler,
+        producer: Producer,
+        settings: Settings,
+        dlq_topic: str,
+        on_dead: DeadHook | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
+        self.stage = stage
+        self.topics = list(topics)
+        self.group_id = group_id
+        self._handler = handler
+        self._producer = producer
+        self._s = settings
+        self._dlq_topic = dlq_topic
+        self._on_dead = on_dead
+        self._max_in_flight = max_in_flight or settings.stage_max_in_flight
+        self._tracker = OffsetTracker()
+        self._tasks: dict[asyncio.Task[None], TopicPartition] = {}
+        self._stopping = asyncio.Event()
+        self._last_commit = 0.0
+        self._commit_lock = asyncio.Lock()
+        self.consumer = AIOKafkaConsumer(
+            **client_kwargs(settings),  # type: ignore[arg-type]
+            group_id=group_id,
+            client_id=f"{stage}-{settings.instance_id}",
+            enable_auto_commit=False,
+            # "latest" replays part of the last batch on the embedded broker; committed
+            # offsets plus "earliest" is right on both brokers.
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            session_timeout_ms=settings.kafka_session_timeout_ms,
+            heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
+            rebalance_timeout_ms=max(settings.kafka_session_timeout_ms, int(settings.drain_timeout_s * 1000)),
+            max_partition_fetch_bytes=settings.kafka_max_request_bytes,
+            fetch_max_bytes=settings.kafka_max_request_bytes * 4,
+            max_poll_interval_ms=300000,
+        )
+        self.started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.consumer.subscribe(self.topics, listener=_Rebalance(self))
+        await self.consumer.start()
+        self.started = True
+
+    def assigned(self) -> bool:
+        return bool(self.consumer.assignment())
+
+    async def run(self) -> None:
+        """Fetch and dispatch until stop(); then drain, commit and close."""
+        if not self.started:
+            await self.start()
+        try:
+            while not self._stopping.is_set():
+                free = self._max_in_flight - len(self._tasks)
+                if free <= 0:
+                    await asyncio.wait(list(self._tasks), timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+                    await self._maybe_commit()
+                    continue
+                batch = await self.consumer.getmany(timeout_ms=50, max_records=free)
+                for tp, records in batch.items():
+                    for rec in records:
+                        self._dispatch(tp, rec)
+                self._update_lag()
+                await self._maybe_commit()
+        finally:
+            await self._drain()
+            await self.consumer.stop()
+            self.started = False
+
+    async def stop(self) -> None:
+        self._stopping.set()
+
+    # ------------------------------------------------------------------ work
+    def _dispatch(self, tp: TopicPartition, rec: ConsumerRecord) -> None:
+        self._tracker.add(tp, rec.offset)
+        task = asyncio.create_task(self._process(tp, rec))
+        self._tasks[task] = tp
+        task.add_done_callback(self._tasks.pop)
+        IN_FLIGHT.labels(self.stage).set(len(self._tasks))
+
+    async def _process(self, tp: TopicPartition, rec: ConsumerRecord) -> None:
+        t0 = time.perf_counter()
+        sent = sent_ns(rec)
+        if sent is not None:
+            QUEUE_WAIT_SECONDS.labels(self.stage, rec.topic).observe(max(0, time.time_ns() - sent) / 1e9)
+        outputs: Sequence[OutRecord] | None = None
+        attempt = 0
+        outcome = "ok"
+        while outputs is None:
+            attempt += 1
+            try:
+                if rec.value is not None and len(rec.value) > self._s.max_record_bytes:
+                    raise Rejected(
+                        ErrorCode.RECORD_TOO_LARGE,
+                        f"record is {len(rec.value)} bytes, limit SY_MAX_RECORD_BYTES={self._s.max_record_bytes}"
+                        " (send media by reference)",
+                        http_status=413,
+                    )
+                outputs = await self._handler(rec)
+            except asyncio.CancelledError:
+                raise
+            except Rejected as exc:
+                outputs = self._dead_outputs(rec, exc.code, exc.reason, attempt)
+                outcome = "dlq"
+            except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then DLQ'd
+                ERRORS.labels(self.stage, type(exc).__name__).inc()
+                if attempt >= self._s.stage_max_attempts:
+                    reason = f"failed {attempt} times, last: {type(exc).__name__}: {exc}"
+                    outputs = self._dead_outputs(rec, ErrorCode.RETRIES_EXHAUSTED, reason, attempt)
+                    outcome = "dlq"
+                    log.error("giving up on record", stage=self.stage, offset=rec.offset, error=str(exc))
+                else:
+                    log.warning("handler failed; retrying", stage=self.stage, attempt=attempt, error=str(exc))
+                    await asyncio.sleep(
+                        backoff_s(attempt, self._s.stage_retry_backoff_ms, self._s.stage_retry_backoff_max_ms)
+                    )
+        if await self._publish(outputs):
+            self._tracker.done(tp, rec.offset)
+            RECORDS.labels(self.stage, outcome).inc()
+            STAGE_SECONDS.labels(self.stage).observe(time.perf_counter() - t0)
+
+    def _dead_outputs(self, rec: ConsumerRecord, code: str, reason: str, attempts: int) -> list[OutRecord]:
+        ERRORS.labels(self.stage, code).inc()
+        log.warning(
+            "record to DLQ", stage=self.stage, code=code, reason=reason, topic=rec.topic, offset=rec.offset
+        )
+        dl = dead_letter(rec, self.stage, code, reason, attempts, self._s.dlq_max_original_bytes)
+        extra: list[OutRecord] = []
+        if self._on_dead is not None:
+            try:
+                extra = list(self._on_dead(rec, dl))
+            except Exception as exc:  # noqa: BLE001 - the DLQ record matters more than the reply
+                log.warning("on_dead hook failed", error=str(exc))
+        dlq = OutRecord(
+            topic=self._dlq_topic,
+            value=dl.SerializeToString(),
+            key=rec.key,
+            headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf"), ("sy-stage", self.stage.encode())],
+        )
+        return [dlq, *extra]
+
+    async def _publish(self, outputs: Sequence[OutRecord]) -> bool:
+        """Produce until acknowledged; False only if the stage stopped first (record stays uncommitted)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._producer.send_all(outputs)
+                return True
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                ERRORS.labels(self.stage, "produce_failed").inc()
+                log.warning("produce failed; retrying", stage=self.stage, attempt=attempt, error=str(exc))
+                if self._stopping.is_set() and attempt >= 3:
+                    return False
+                await asyncio.sleep(backoff_s(attempt, 200, 5000))
+
+    # ------------------------------------------------------------------ offsets
+    async def _maybe_commit(self) -> None:
+        now = time.monotonic()
+        if (now - self._last_commit) * 1000 >= self._s.kafka_commit_interval_ms:
+            self._last_commit = now
+            await self.commit()
+
+    async def commit(self) -> None:
+        async with self._commit_lock:
+            offsets = {
+                tp: o for tp, o in self._tracker.committable().items() if tp in self.consumer.assignment()
+            }
+            if not offsets:
+                return
+            try:
+                # Bounded: against a restarted embedded broker a commit would retry forever.
+                await asyncio.wait_for(self.consumer.commit(offsets), timeout=self._s.kafka_commit_timeout_s)
+                self._tracker.mark_committed(offsets)
+            except (KafkaError, TimeoutError) as exc:
+                ERRORS.labels(self.stage, "commit_failed").inc()
+                log.warning("commit failed; records will be redelivered", stage=self.stage, error=repr(exc))
+
+    async def _wait_tasks(self, tps: set[TopicPartition] | None) -> None:
+        tasks = [t for t, tp in self._tasks.items() if tps is None or tp in tps]
+        if not tasks:
+            return
+        done, pending = await asyncio.wait(tasks, timeout=self._s.drain_timeout_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            log.warning(
+                "drain timed out; unfinished records will be redelivered", stage=self.stage, n=len(pending)
+            )
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._wait_tasks(set(revoked))
+        await self.commit()
+        self._tracker.forget(revoked)
+
+    async def _drain(self) -> None:
+        await self._wait_tasks(None)
+        if self.consumer.assignment():
+            await self.commit()
+        IN_FLIGHT.labels(self.stage).set(0)
+
+    def _update_lag(self) -> None:
+        # highwater comes from the last fetch response and is right on the embedded broker too,
+        # unlike end_offsets() there. Lag = records in the partition this consumer has not fetched.
+        for tp in self.consumer.assignment():
+            hw = self.consumer.highwater(tp)
+            nxt = self._tracker.next_offset(tp)
+            if hw is not None and nxt is not None:
+                CONSUMER_LAG.labels(self.stage, tp.topic, str(tp.partition)).set(max(0, hw - nxt))

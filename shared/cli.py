@@ -1,0 +1,89 @@
+"""The `switchyard` command: `up` starts the pipeline, `topics` shows topics and lag."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import defaultdict
+
+from shared.config import ConfigError, Settings, load_settings
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _with_running_broker(settings: Settings) -> Settings:
+    """Use SY_KAFKA_BOOTSTRAP, else the broker a running `switchyard up` wrote down."""
+    if settings.kafka_bootstrap:
+        return settings
+    from shared.launcher import endpoints_file
+
+    path = endpoints_file(settings)
+    if not path.is_file():
+        print("no broker: set SY_KAFKA_BOOTSTRAP or start `switchyard up`", file=sys.stderr)
+        raise SystemExit(2)
+    return settings.model_copy(update={"kafka_bootstrap": json.loads(path.read_text())["kafka"]})
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from shared.launcher import available_services, up
+    from shared.telemetry import configure_logging
+
+    settings = _settings()
+    configure_logging("launcher", "WARNING", settings.log_format)
+    names = available_services()
+    if args.services:
+        wanted = [n.strip() for n in args.services.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            print(f"unknown services {unknown}; available: {names}", file=sys.stderr)
+            return 2
+        names = [n for n in names if n in wanted]
+    return asyncio.run(up(settings, names))
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from shared.kafka_admin import topic_report
+
+    settings = _with_running_broker(_settings())
+    rows = asyncio.run(topic_report(settings))
+    if args.json:
+        print(json.dumps([{**r.__dict__, "lag": r.lag} for r in rows], indent=2))
+        return 0
+    per_topic: dict[str, dict[str | None, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
+    ends: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in rows:
+        ends[r.topic][r.partition] = r.end
+        if r.group is not None:
+            acc = per_topic[r.topic][r.group]
+            acc[0] += r.lag or 0
+    print(f"{'topic':<24} {'parts':>5} {'records':>9}  group lag")
+    for topic in sorted(ends):
+        groups = per_topic.get(topic, {})
+        lag = ", ".join(f"{g}={v[0]}" for g, v in sorted(groups.items(), key=lambda kv: str(kv[0]))) or "-"
+        print(f"{topic:<24} {len(ends[topic]):>5} {sum(ends[topic].values()):>9}  {lag}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="start the embedded parts and every service")
+    p_up.add_argument("--services", help="comma-separated subset of services to start")
+    p_up.set_defaults(func=cmd_up)
+    p_topics = sub.add_parser("topics", help="list topics with record counts and consumer lag")
+    p_topics.add_argument("--json", action="store_true")
+    p_topics.set_defaults(func=cmd_topics)
+    args = parser.parse_args(argv)
+    raise SystemExit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

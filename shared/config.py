@@ -1,0 +1,205 @@
+"""Every `SY_*` setting in one place (pydantic-settings).
+
+Services read only this module, so the README table, the compose file and the
+launcher can all be checked against one list. Unknown or invalid `SY_*` variables
+stop the process at start-up with a message naming the variable: a typo must not
+silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "SY_"
+
+# Health/metrics port of each service process when SY_HEALTH_PORT is not set.
+DEFAULT_PORTS: dict[str, int] = {
+    "gateway": 8000,
+    "registry": 8001,
+    "preprocess": 9101,
+    "cache": 9102,
+    "router": 9103,
+    "vllm_worker": 9104,
+    "triton_worker": 9105,
+    "reward": 9106,
+    "batch": 9107,
+}
+
+
+class ConfigError(RuntimeError):
+    """Raised for unknown or invalid settings; the message is meant for a person."""
+
+
+class PoolConfig(BaseModel):
+    """A worker pool the router may send requests to."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    engine: Literal["vllm", "triton"]
+    device: Literal["gpu", "cpu", "edge"] = "cpu"
+    models: list[str] = Field(min_length=1)
+    modalities: list[Literal["text", "image", "audio"]] = ["text"]
+    max_lora_rank: int = Field(default=0, ge=0)
+    cost: float = Field(default=1.0, ge=0)
+
+    @property
+    def topic_suffix(self) -> str:
+        return f"infer.{self.name}"
+
+
+def _default_pools() -> list[PoolConfig]:
+    return [
+        PoolConfig(name="vllm", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8),
+    ]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    # --- Kafka -------------------------------------------------------------------
+    kafka_bootstrap: str | None = Field(
+        default=None, description="Kafka bootstrap servers; unset = the launcher starts the embedded broker"
+    )
+    kafka_port: int | None = Field(default=None, ge=1, le=65535, description="Port of the embedded broker")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    topic_prefix: str = Field(default="sy.", pattern=r"^[A-Za-z0-9._-]*$")
+    topic_partitions: int = Field(default=4, ge=1, le=1024, description="Partitions of keyed topics")
+    kafka_fetch_max_wait_ms: int = Field(
+        default=20, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
+    )
+    kafka_session_timeout_ms: int = Field(default=6000, ge=1000, le=300000)
+    kafka_heartbeat_interval_ms: int = Field(default=1000, ge=100)
+    kafka_linger_ms: int = Field(default=1, ge=0, le=1000)
+    kafka_max_request_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Producer request and consumer fetch size limit"
+    )
+    kafka_commit_interval_ms: int = Field(default=100, ge=1, description="How often finished offsets commit")
+    kafka_commit_timeout_s: float = Field(default=10.0, gt=0)
+
+    # --- Stage rules (DESIGN.md §3) --------------------------------------------------
+    max_record_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Larger records go to the DLQ (media travels by claim check)",
+    )
+    stage_max_in_flight: int = Field(default=64, ge=1, le=100000)
+    stage_max_attempts: int = Field(default=3, ge=1, le=100)
+    stage_retry_backoff_ms: int = Field(default=100, ge=0)
+    stage_retry_backoff_max_ms: int = Field(default=5000, ge=0)
+    drain_timeout_s: float = Field(default=20.0, ge=0)
+    dlq_max_original_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+
+    # --- Process ---------------------------------------------------------------------
+    instance_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    health_host: str = "127.0.0.1"
+    health_port: int | None = Field(default=None, ge=0, le=65535, description="Health/metrics port")
+    var_dir: Path = Path("var")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "console"] = "json"
+    log_redact_prompts: bool = False
+    trace_file: Path | None = Field(default=None, description="JSONL span sink (the launcher sets one)")
+    trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+    # --- Models and pools -------------------------------------------------------------
+    default_model: str = "sy-tiny"
+    models_dir: Path | None = Field(default=None, description="Default: <var_dir>/models")
+    pools: list[PoolConfig] = Field(default_factory=_default_pools)
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap_shape(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        for part in v.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port...], got {part!r}")
+        return v
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pools(cls, v: list[PoolConfig]) -> list[PoolConfig]:
+        names = [p.name for p in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.kafka_heartbeat_interval_ms * 3 > self.kafka_session_timeout_ms:
+            raise ValueError(
+                "SY_KAFKA_HEARTBEAT_INTERVAL_MS must be at most a third of SY_KAFKA_SESSION_TIMEOUT_MS"
+            )
+        if self.kafka_sasl_mechanism and not self.kafka_security_protocol.startswith("SASL"):
+            raise ValueError("SY_KAFKA_SASL_MECHANISM needs SY_KAFKA_SECURITY_PROTOCOL=SASL_*")
+        if self.max_record_bytes > self.kafka_max_request_bytes:
+            raise ValueError("SY_MAX_RECORD_BYTES cannot exceed SY_KAFKA_MAX_REQUEST_BYTES")
+        return self
+
+    @property
+    def model_dir(self) -> Path:
+        return self.models_dir or self.var_dir / "models"
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+    def health_port_for(self, service: str) -> int:
+        return self.health_port if self.health_port is not None else DEFAULT_PORTS.get(service, 0)
+
+    def pool(self, name: str) -> PoolConfig:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def known_env_vars() -> list[str]:
+    return sorted(ENV_PREFIX + name.upper() for name in Settings.model_fields)
+
+
+def _check_unknown(environ: dict[str, str]) -> None:
+    known = set(known_env_vars())
+    unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known)
+    if not unknown:
+        return
+    lines = []
+    for k in unknown:
+        near = difflib.get_close_matches(k, known, n=1)
+        lines.append(f"  {k}: unknown setting" + (f" (did you mean {near[0]}?)" if near else ""))
+    raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines))
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate the settings from the environment; raise ConfigError, one line per problem."""
+    _check_unknown(dict(os.environ))
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = err["loc"]
+            var = ENV_PREFIX + str(loc[0]).upper() if loc else "settings"
+            where = "." + ".".join(str(x) for x in loc[1:]) if len(loc) > 1 else ""
+            got = os.environ.get(var)
+            secret = "password" in var.lower()
+            shown = f" (got {got!r})" if got is not None and not secret and got not in err["msg"] else ""
+            lines.append(f"  {var}{where}: {err['msg']}{shown}")
+        raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

@@ -1,0 +1,181 @@
+"""The envelope codec: protobuf on the wire, JSON (protobuf JSON mapping) accepted on ingest.
+
+Decoding and validation raise `Rejected` with a stable code and a reason a person can
+act on; the bus turns that into a DLQ record instead of a retry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from enum import StrEnum
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from switchyard.v1.envelope_pb2 import (
+    ChatMessage,
+    ContentPart,
+    Envelope,
+    Error,
+    Kind,
+    Priority,
+    Request,
+    SamplingParams,
+    Timing,
+)
+
+__all__ = [
+    "CONTENT_TYPE_JSON",
+    "CONTENT_TYPE_PROTOBUF",
+    "ChatMessage",
+    "ContentPart",
+    "Envelope",
+    "ErrorCode",
+    "Kind",
+    "Priority",
+    "Rejected",
+    "Request",
+    "SamplingParams",
+    "Timing",
+    "decode",
+    "encode",
+    "from_json",
+    "new_request_id",
+    "set_error",
+    "to_json",
+    "validate",
+]
+
+CONTENT_TYPE_PROTOBUF = "application/x-protobuf"
+CONTENT_TYPE_JSON = "application/json"
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+TENANT_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+ROLES = {"system", "user", "assistant", "tool", "developer"}
+PART_TYPES = {"text", "image_url", "input_audio"}
+MAX_N = 16
+MAX_MAX_TOKENS = 1 << 20
+
+
+class ErrorCode(StrEnum):
+    BAD_PROTOBUF = "bad_protobuf"
+    INVALID_JSON = "invalid_json"
+    SCHEMA_INVALID = "schema_invalid"
+    INVALID_REQUEST = "invalid_request"
+    RECORD_TOO_LARGE = "record_too_large"
+    UNSUPPORTED_CONTENT_TYPE = "unsupported_content_type"
+    NO_POOL = "no_pool"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    INTERNAL = "internal"
+
+
+class Rejected(Exception):
+    """A record that can never succeed: goes to the DLQ with this code and reason, no retries."""
+
+    def __init__(self, code: ErrorCode | str, reason: str, http_status: int = 400) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = str(code)
+        self.reason = reason
+        self.http_status = http_status
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def encode(env: Envelope) -> bytes:
+    return env.SerializeToString()
+
+
+def to_json(env: Envelope) -> str:
+    return json_format.MessageToJson(env, preserving_proto_field_name=True, indent=None)
+
+
+def from_json(text: str | bytes) -> Envelope:
+    """Parse the protobuf JSON mapping strictly: unknown fields and wrong types are errors."""
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Rejected(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise Rejected(ErrorCode.SCHEMA_INVALID, f"expected a JSON object, got {type(obj).__name__}")
+    env = Envelope()
+    try:
+        json_format.ParseDict(obj, env, ignore_unknown_fields=False)
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        raise Rejected(ErrorCode.SCHEMA_INVALID, f"does not match switchyard.v1.Envelope: {exc}") from None
+    return env
+
+
+def decode(value: bytes | None, content_type: str | None = None) -> Envelope:
+    """Decode a record value by its content-type header (protobuf when absent)."""
+    if value is None:
+        raise Rejected(ErrorCode.BAD_PROTOBUF, "record has no value")
+    ct = (content_type or CONTENT_TYPE_PROTOBUF).split(";")[0].strip().lower()
+    if ct == CONTENT_TYPE_JSON:
+        return from_json(value)
+    if ct not in (CONTENT_TYPE_PROTOBUF, "application/protobuf", "application/vnd.google.protobuf"):
+        raise Rejected(
+            ErrorCode.UNSUPPORTED_CONTENT_TYPE,
+            f"content-type {ct!r} not supported; use {CONTENT_TYPE_PROTOBUF} or {CONTENT_TYPE_JSON}",
+            http_status=415,
+        )
+    env = Envelope()
+    try:
+        env.ParseFromString(value)
+    except DecodeError as exc:
+        raise Rejected(ErrorCode.BAD_PROTOBUF, f"not a switchyard.v1.Envelope: {exc}") from None
+    return env
+
+
+def _invalid(reason: str) -> Rejected:
+    return Rejected(ErrorCode.INVALID_REQUEST, reason)
+
+
+def validate(env: Envelope) -> None:
+    """Check what the schema cannot express; raise Rejected naming the first bad field."""
+    if not REQUEST_ID_RE.match(env.request_id):
+        raise _invalid(f"request_id must match {REQUEST_ID_RE.pattern}, got {env.request_id[:140]!r}")
+    if not TENANT_RE.match(env.tenant):
+        raise _invalid(f"tenant must match {TENANT_RE.pattern}, got {env.tenant[:80]!r}")
+    if env.kind == Kind.KIND_UNSPECIFIED:
+        raise _invalid("kind is required (chat, completion, embedding or rollout)")
+    if not env.model:
+        raise _invalid("model is required")
+    req = env.request
+    if env.kind in (Kind.KIND_CHAT, Kind.KIND_ROLLOUT) and req.prompt == "" and not req.messages:
+        raise _invalid("request.messages must not be empty")
+    if env.kind == Kind.KIND_COMPLETION and not req.prompt:
+        raise _invalid("request.prompt is required for a completion")
+    for i, m in enumerate(req.messages):
+        if m.role not in ROLES:
+            raise _invalid(f"request.messages[{i}].role must be one of {sorted(ROLES)}, got {m.role[:40]!r}")
+        if m.content and m.parts:
+            raise _invalid(f"request.messages[{i}] has both content and parts")
+        for j, p in enumerate(m.parts):
+            if p.type not in PART_TYPES:
+                raise _invalid(f"request.messages[{i}].parts[{j}].type {p.type[:40]!r} is not supported")
+    s = req.sampling
+    if s.HasField("temperature") and not 0.0 <= s.temperature <= 2.0:
+        raise _invalid(f"sampling.temperature must be in [0, 2], got {s.temperature}")
+    if s.HasField("top_p") and not 0.0 < s.top_p <= 1.0:
+        raise _invalid(f"sampling.top_p must be in (0, 1], got {s.top_p}")
+    if s.HasField("n") and not 1 <= s.n <= MAX_N:
+        raise _invalid(f"sampling.n must be in [1, {MAX_N}], got {s.n}")
+    if s.HasField("max_tokens") and not 1 <= s.max_tokens <= MAX_MAX_TOKENS:
+        raise _invalid(f"sampling.max_tokens must be at least 1, got {s.max_tokens}")
+    if env.deadline_unix_ms < 0:
+        raise _invalid("deadline_unix_ms must not be negative")
+
+
+def set_error(env: Envelope, code: str, message: str, stage: str, http_status: int = 500) -> Envelope:
+    """Mark the envelope failed (in place) so a waiting requester gets the reason."""
+    env.error.CopyFrom(Error(code=code, message=message, stage=stage, http_status=http_status))
+    return env
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,284 @@
+"""`switchyard up`: start the embedded parts and every service as child processes.
+
+Each embedded part starts only when its production variable is unset (SY_KAFKA_BOOTSTRAP
+for the broker). Children get their own process group and die with the launcher (PDEATHSIG);
+a crashed service is restarted with backoff; a crashed embedded broker is restarted and its
+topics re-created (its memory storage starts empty). Ctrl-C/SIGTERM stops services first
+(they drain and commit), then the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from aiokafka.admin import AIOKafkaAdminClient
+
+from shared.bus import client_kwargs
+from shared.config import DEFAULT_PORTS, Settings
+from shared.embedded.kafka import EmbeddedKafka
+from shared.embedded.procs import die_with_parent, free_port, port_free, stop_process
+from shared.topics import ensure_topics
+
+# Every service of the design, in start order; those whose module does not exist yet are skipped.
+SERVICES: tuple[str, ...] = (
+    "registry",
+    "preprocess",
+    "cache",
+    "router",
+    "vllm_worker",
+    "triton_worker",
+    "reward",
+    "batch",
+    "gateway",
+)
+
+
+def available_services() -> list[str]:
+    root = importlib.util.find_spec("services")
+    base = Path(next(iter(root.submodule_search_locations or []))) if root else Path()
+    return [s for s in SERVICES if (base / s / "main.py").is_file()]
+
+
+def endpoints_file(settings: Settings) -> Path:
+    return settings.var_dir / "run" / "endpoints.json"
+
+
+@dataclass
+class Child:
+    name: str
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    pump: asyncio.Task[None] | None = None
+    log_path: Path = field(default_factory=Path)
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", f"services.{self.name}.main"]
+
+
+class Launcher:
+    def __init__(self, settings: Settings, services: list[str] | None = None, out: object = None) -> None:
+        self.s = settings
+        self.names = services if services is not None else available_services()
+        self.kafka: EmbeddedKafka | None = None
+        self.children: list[Child] = []
+        self.bootstrap = settings.kafka_bootstrap or ""
+        self._stopping = asyncio.Event()
+        self._out = out or sys.stdout
+        self.logs_dir = settings.var_dir / "run" / "logs"
+
+    def say(self, line: str) -> None:
+        print(line, file=self._out, flush=True)  # type: ignore[call-overload]
+
+    # ---------------------------------------------------------------- broker
+    async def _ensure_topics(self) -> list[str]:
+        deadline = time.monotonic() + 30
+        while True:
+            admin = AIOKafkaAdminClient(**client_kwargs(self._child_settings()), request_timeout_ms=5000)  # type: ignore[arg-type]
+            try:
+                await admin.start()
+                return await ensure_topics(admin, self._child_settings())
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+            finally:
+                await admin.close()
+
+    def _child_settings(self) -> Settings:
+        return self.s.model_copy(update={"kafka_bootstrap": self.bootstrap})
+
+    async def start_broker(self) -> None:
+        if self.s.kafka_bootstrap:
+            self.say(f"kafka: using {self.s.kafka_bootstrap} (SY_KAFKA_BOOTSTRAP)")
+        else:
+            self.kafka = EmbeddedKafka(self.s.var_dir, port=self.s.kafka_port)
+            self.kafka.start()
+            self.bootstrap = self.kafka.bootstrap
+            self.say(f"kafka: embedded Tansu broker on {self.bootstrap} (log {self.kafka.log_path})")
+        created = await self._ensure_topics()
+        self.say(f"kafka: {len(created)} topics created")
+
+    # ---------------------------------------------------------------- services
+    def _env_for(self, name: str, port: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["SY_KAFKA_BOOTSTRAP"] = self.bootstrap
+        env["SY_HEALTH_PORT"] = str(port)
+        env["SY_INSTANCE_ID"] = f"{name}-1"
+        env.setdefault("SY_VAR_DIR", str(self.s.var_dir))
+        env.setdefault("SY_TRACE_FILE", str(self.s.var_dir / "run" / "spans.jsonl"))
+        if self.kafka is not None:
+            # Embedded broker: joining a group takes about half the session timeout, so keep it short.
+            env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")
+            env.setdefault("SY_KAFKA_HEARTBEAT_INTERVAL_MS", "500")
+        return env
+
+    def _port_for(self, name: str) -> int:
+        port = DEFAULT_PORTS.get(name, 0)
+        return port if port and port_free(port, self.s.health_host) else free_port(self.s.health_host)
+
+    async def _spawn(self, child: Child) -> None:
+        child.log_path.parent.mkdir(parents=True, exist_ok=True)
+        child.proc = subprocess.Popen(
+            child.argv,
+            env=child.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        child.started_at = time.monotonic()
+        child.pump = asyncio.create_task(self._pump(child, child.proc))
+
+    async def _pump(self, child: Child, proc: subprocess.Popen[bytes]) -> None:
+        """Copy a child's output to var/run/logs/<name>.log and to our stdout, prefixed."""
+        assert proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        width = max(len(n) for n in self.names) if self.names else 8
+        with open(child.log_path, "ab") as f:
+            while True:
+                line = await loop.run_in_executor(None, proc.stdout.readline)
+                if not line:
+                    break
+                f.write(line)
+                f.flush()
+                self.say(f"{child.name:<{width}} | {line.decode(errors='replace').rstrip()}")
+
+    async def start_services(self) -> None:
+        for name in self.names:
+            port = self._port_for(name)
+            child = Child(name, port, self._env_for(name, port), log_path=self.logs_dir / f"{name}.log")
+            self.children.append(child)
+            await self._spawn(child)
+
+    async def wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = {c.name: c for c in self.children}
+        async with httpx.AsyncClient(timeout=1.0) as http:
+            while pending:
+                for name, c in list(pending.items()):
+                    if c.proc is not None and c.proc.poll() is not None:
+                        raise RuntimeError(f"{name} exited with code {c.proc.returncode}; see {c.log_path}")
+                    try:
+                        r = await http.get(f"http://{self.s.health_host}:{c.port}/readyz")
+                        if r.status_code == 200:
+                            del pending[name]
+                    except httpx.HTTPError:
+                        pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not ready after {timeout_s:.0f}s: {sorted(pending)}")
+                await asyncio.sleep(0.2)
+
+    def write_endpoints(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "kafka": self.bootstrap,
+            "embedded_kafka": self.kafka is not None,
+            "launcher_pid": os.getpid(),
+            "services": {
+                c.name: {
+                    "url": f"http://{self.s.health_host}:{c.port}",
+                    "pid": c.proc.pid if c.proc else None,
+                }
+                for c in self.children
+            },
+            "trace_file": str(self.s.var_dir / "run" / "spans.jsonl"),
+        }
+        path = endpoints_file(self.s)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, path)
+        return data
+
+    # ---------------------------------------------------------------- supervision
+    async def supervise(self) -> None:
+        """Restart what died until asked to stop."""
+        while not self._stopping.is_set():
+            if self.kafka is not None and not self.kafka.alive():
+                self.say("kafka: embedded broker exited; restarting it and re-creating topics")
+                self.kafka.start()
+                await self._ensure_topics()
+            for c in self.children:
+                if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
+                    code = c.proc.returncode
+                    delay = min(30.0, 0.5 * 2 ** min(c.restarts, 6))
+                    if time.monotonic() - c.started_at > 60:
+                        c.restarts, delay = 0, 0.5
+                    self.say(f"{c.name} exited with code {code}; restarting in {delay:.1f}s")
+                    c.restarts += 1
+                    c.proc = None
+                    await asyncio.sleep(delay)
+                    if not self._stopping.is_set():
+                        await self._spawn(c)
+                        self.write_endpoints()
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=0.5)
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        loop = asyncio.get_running_loop()
+        # Stop in reverse start order so upstream stages stop feeding downstream ones last.
+        procs = [c for c in reversed(self.children) if c.proc is not None]
+        await asyncio.gather(
+            *(loop.run_in_executor(None, stop_process, c.proc, self.s.drain_timeout_s + 5) for c in procs)
+        )
+        for c in self.children:
+            if c.pump is not None:
+                await asyncio.gather(c.pump, return_exceptions=True)
+        if self.kafka is not None:
+            self.kafka.stop()
+        endpoints_file(self.s).unlink(missing_ok=True)
+
+
+async def up(settings: Settings, services: list[str] | None = None) -> int:
+    launcher = Launcher(settings, services)
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_requested.set)
+    rc = 0
+    try:
+        await launcher.start_broker()
+        await launcher.start_services()
+        ready = asyncio.create_task(launcher.wait_ready())
+        stopper = asyncio.create_task(stop_requested.wait())
+        await asyncio.wait([ready, stopper], return_when=asyncio.FIRST_COMPLETED)
+        if ready.done():
+            ready.result()
+            data = launcher.write_endpoints()
+            launcher.say("switchyard is up:")
+            launcher.say(f"  kafka      {data['kafka']}")
+            for name, info in data["services"].items():  # type: ignore[union-attr]
+                launcher.say(f"  {name:<10} {info['url']}  (/readyz /metrics)")
+            launcher.say(f"  traces     {data['trace_file']}")
+            launcher.say("Ctrl-C stops everything.")
+            supervise = asyncio.create_task(launcher.supervise())
+            await stopper
+            supervise.cancel()
+        else:
+            ready.cancel()
+    except (RuntimeError, TimeoutError) as exc:
+        launcher.say(f"switchyard up failed: {exc}")
+        rc = 1
+    finally:
+        launcher.say("stopping...")
+        await launcher.stop()
+        launcher.say("stopped")
+    return rc

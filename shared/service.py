@@ -1,0 +1,88 @@
+"""Process wiring shared by the stage services: settings, logging, tracing, health, signals.
+
+A service's main.py builds its consumers and calls `run_service`; SIGTERM/SIGINT stop the
+consumers (they drain and commit), then the producer and the health server close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from shared.bus import Producer, StageConsumer
+from shared.config import ConfigError, Settings, load_settings
+from shared.health import Health, HttpServer, health_app
+from shared.telemetry import configure_logging, configure_tracing, get_logger, shutdown_tracing
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Service:
+    """What a service main hands to run_service."""
+
+    consumers: Sequence[StageConsumer]
+    background: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = field(default_factory=list)
+    on_stop: Sequence[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+Builder = Callable[[Settings, Producer, Health], Awaitable[Service]]
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+async def serve(name: str, settings: Settings, build: Builder) -> None:
+    health = Health(name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    http = HttpServer(health_app(health), settings.health_host, settings.health_port_for(name))
+    await http.start()
+    producer = Producer(settings, client_id=f"{name}-{settings.instance_id}")
+    await producer.start()
+    svc = await build(settings, producer, health)
+    for c in svc.consumers:
+        health.add_check(f"consumer:{c.stage}", c.assigned)
+    log.info("service starting", port=http.port, topics=[t for c in svc.consumers for t in c.topics])
+
+    tasks = [asyncio.create_task(c.run(), name=f"consume:{c.stage}") for c in svc.consumers]
+    tasks += [asyncio.create_task(b(stop), name="background") for b in svc.background]
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    failed = [t for t in done if t is not stopper and t.exception() is not None]
+    for t in failed:
+        log.error("service task failed", task=t.get_name(), error=repr(t.exception()))
+
+    log.info("draining")
+    health.draining = True
+    stop.set()
+    for c in svc.consumers:
+        await c.stop()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for hook in svc.on_stop:
+        await hook()
+    await producer.stop()
+    await http.stop()
+    shutdown_tracing()
+    log.info("stopped")
+    if failed:
+        raise SystemExit(1)
+
+
+def run_service(name: str, build: Builder) -> None:
+    """Entry point of a stage service process."""
+    settings = settings_or_exit()
+    configure_logging(name, settings.log_level, settings.log_format)
+    configure_tracing(name, settings.trace_file, settings.trace_sample_ratio)
+    asyncio.run(serve(name, settings, build))

@@ -1,0 +1,155 @@
+"""Envelope stages: decode, trace, time and re-encode around a plain handler function.
+
+A stage's logic is `async def handle(env) -> list[Emit]` with no Kafka in it; this module
+adds what every stage does the same way: content-type decoding, validation, the queue-wait
+timing of the hop it came over, its own timing entry, one span per record (child of the
+producer's span via `traceparent`), log context, and an error reply when a record dies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiokafka.structs import ConsumerRecord
+from opentelemetry import trace
+from switchyard.v1.events_pb2 import DeadLetter
+
+from shared.bus import CONTENT_TYPE_HEADER, Handler, OutRecord, Producer, StageConsumer, header, sent_ns
+from shared.config import Settings
+from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope, decode, encode, set_error, validate
+from shared.telemetry import (
+    add_timing,
+    bind_request,
+    current_trace_id,
+    extract_context,
+    inject_headers,
+    tracer,
+)
+
+
+@dataclass(slots=True)
+class Emit:
+    """An envelope to publish; the key defaults to the request id."""
+
+    topic: str
+    envelope: Envelope
+    key: str | None = None
+
+
+EnvelopeHandler = Callable[[Envelope], Awaitable[list[Emit]]]
+
+
+def out_record(emit: Emit) -> OutRecord:
+    """Encode an Emit with the current trace context in its headers."""
+    headers = [(CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode())]
+    inject_headers(headers)
+    key = emit.key if emit.key is not None else emit.envelope.request_id
+    return OutRecord(topic=emit.topic, value=encode(emit.envelope), key=key.encode(), headers=headers)
+
+
+def envelope_handler(stage: str, handle: EnvelopeHandler, *, validate_input: bool = True) -> Handler:
+    """Wrap a plain envelope handler into a bus handler."""
+
+    async def on_record(rec: ConsumerRecord) -> list[OutRecord]:
+        received = time.time_ns()
+        env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+        if validate_input:
+            validate(env)
+        sent = sent_ns(rec)
+        if sent is not None:
+            add_timing(env, "queue", sent, received, topic=rec.topic, to=stage)
+        parent = extract_context(rec.headers)
+        with tracer().start_as_current_span(
+            stage,
+            context=parent,
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.destination.name": rec.topic,
+                "messaging.kafka.partition": rec.partition,
+                "messaging.kafka.offset": rec.offset,
+                "switchyard.request_id": env.request_id,
+                "switchyard.tenant": env.tenant,
+            },
+        ):
+            bind_request(env, current_trace_id())
+            start = time.time_ns()
+            emits = await handle(env)
+            end = time.time_ns()
+            seen: set[int] = set()
+            for e in emits:
+                if id(e.envelope) not in seen:
+                    seen.add(id(e.envelope))
+                    add_timing(e.envelope, stage, start, end)
+            return [out_record(e) for e in emits]
+
+    return on_record
+
+
+def error_reply_hook(
+    stage: str, settings: Settings
+) -> Callable[[ConsumerRecord, DeadLetter], list[OutRecord]]:
+    """When a record dies, tell whoever waits on its request id why (DESIGN §3)."""
+    responses = settings.topic("responses")
+
+    def on_dead(rec: ConsumerRecord, dl: DeadLetter) -> list[OutRecord]:
+        env = _best_effort_envelope(rec)
+        if env is None or not env.request_id:
+            return []
+        dl.request_id, dl.tenant = env.request_id, env.tenant
+        set_error(
+            env,
+            dl.error_code,
+            dl.reason,
+            stage,
+            http_status=413 if dl.error_code == "record_too_large" else 400,
+        )
+        env.ClearField("request")  # the reply needs the reason, not the (possibly huge) input
+        env.ClearField("media")
+        return [out_record(Emit(responses, env))]
+
+    return on_dead
+
+
+def _best_effort_envelope(rec: ConsumerRecord) -> Envelope | None:
+    try:
+        return decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+    except Exception:  # noqa: BLE001 - fall back to reading ids out of JSON
+        pass
+    try:
+        obj = json.loads(rec.value or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    rid, tenant = obj.get("request_id"), obj.get("tenant", "")
+    if not isinstance(rid, str) or not isinstance(tenant, str):
+        return None
+    return Envelope(request_id=rid[:128], tenant=tenant[:64])
+
+
+def envelope_consumer(
+    stage: str,
+    source: str,
+    handle: EnvelopeHandler,
+    producer: Producer,
+    settings: Settings,
+    *,
+    validate_input: bool = True,
+    max_in_flight: int | None = None,
+) -> StageConsumer:
+    """A StageConsumer of envelopes from topic `source` (a suffix such as "requests")."""
+    return StageConsumer(
+        stage=stage,
+        topics=[settings.topic(source)],
+        group_id=f"{settings.topic_prefix}{stage}",
+        handler=envelope_handler(stage, handle, validate_input=validate_input),
+        producer=producer,
+        settings=settings,
+        dlq_topic=settings.topic("dlq"),
+        on_dead=error_reply_hook(stage, settings),
+        max_in_flight=max_in_flight,
+    )

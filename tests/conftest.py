@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from shared.config import load_settings
+from shared.embedded.kafka import EmbeddedKafka
+from shared.topics import ensure_topics
+
+_prefix_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafka]:
+    """One real embedded Tansu broker for the session; tests isolate themselves by topic prefix."""
+    kafka = EmbeddedKafka(tmp_path_factory.mktemp("kafka"))
+    kafka.start()
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture
+def prefix(request: pytest.FixtureRequest) -> str:
+    return f"t{next(_prefix_counter)}{abs(hash(request.node.name)) % 10000}."
+
+
+@pytest.fixture
+def topics(broker: EmbeddedKafka, prefix: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Create this test's topics on the broker; returns the prefix."""
+    monkeypatch.setenv("SY_KAFKA_BOOTSTRAP", broker.bootstrap)
+    monkeypatch.setenv("SY_TOPIC_PREFIX", prefix)
+    settings = load_settings()
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await ensure_topics(admin, settings)
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    return prefix
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "var"
+    d.mkdir()
+    return d
