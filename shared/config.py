@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 ENV_PREFIX = "SY_"
 
@@ -70,23 +70,38 @@ class Settings(BaseSettings):
         default=None, description="Kafka bootstrap servers; unset = the launcher starts the embedded broker"
     )
     kafka_port: int | None = Field(default=None, ge=1, le=65535, description="Port of the embedded broker")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
-    topic_prefix: str = Field(default="sy.", pattern=r"^[A-Za-z0-9._-]*$")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="Kafka security protocol"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism (with SASL_* protocols)"
+    )
+    kafka_sasl_username: str | None = Field(default=None, description="SASL user name")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="SASL password (never logged)")
+    topic_prefix: str = Field(
+        default="sy.", pattern=r"^[A-Za-z0-9._-]*$", description="Prefix of every topic and group"
+    )
     topic_partitions: int = Field(default=4, ge=1, le=1024, description="Partitions of keyed topics")
     kafka_fetch_max_wait_ms: int = Field(
         default=20, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
-    kafka_session_timeout_ms: int = Field(default=6000, ge=1000, le=300000)
-    kafka_heartbeat_interval_ms: int = Field(default=1000, ge=100)
-    kafka_linger_ms: int = Field(default=1, ge=0, le=1000)
+    kafka_session_timeout_ms: int = Field(
+        default=6000,
+        ge=1000,
+        le=300000,
+        description="Consumer group session timeout (a dead consumer's partitions move after it)",
+    )
+    kafka_heartbeat_interval_ms: int = Field(
+        default=1000, ge=100, description="Group heartbeat; at most a third of the session timeout"
+    )
+    kafka_linger_ms: int = Field(
+        default=1, ge=0, le=1000, description="Producer linger (batching vs latency)"
+    )
     kafka_max_request_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Producer request and consumer fetch size limit"
     )
     kafka_commit_interval_ms: int = Field(default=100, ge=1, description="How often finished offsets commit")
-    kafka_commit_timeout_s: float = Field(default=10.0, gt=0)
+    kafka_commit_timeout_s: float = Field(default=10.0, gt=0, description="Bound on one offset commit")
 
     # --- Stage rules (DESIGN.md §3) --------------------------------------------------
     max_record_bytes: int = Field(
@@ -94,28 +109,49 @@ class Settings(BaseSettings):
         ge=1024,
         description="Larger records go to the DLQ (media travels by claim check)",
     )
-    stage_max_in_flight: int = Field(default=64, ge=1, le=100000)
-    stage_max_attempts: int = Field(default=3, ge=1, le=100)
-    stage_retry_backoff_ms: int = Field(default=100, ge=0)
-    stage_retry_backoff_max_ms: int = Field(default=5000, ge=0)
-    drain_timeout_s: float = Field(default=20.0, ge=0)
-    dlq_max_original_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    stage_max_in_flight: int = Field(
+        default=64, ge=1, le=100000, description="Records one consumer handles at once"
+    )
+    stage_max_attempts: int = Field(default=3, ge=1, le=100, description="Handler attempts before the DLQ")
+    stage_retry_backoff_ms: int = Field(
+        default=100, ge=0, description="First retry backoff (exponential, jittered)"
+    )
+    stage_retry_backoff_max_ms: int = Field(default=5000, ge=0, description="Longest retry backoff")
+    drain_timeout_s: float = Field(
+        default=20.0, ge=0, description="How long SIGTERM waits for in-flight records"
+    )
+    dlq_max_original_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="Original bytes kept in a DLQ record (sha256 and size always)",
+    )
 
     # --- Process ---------------------------------------------------------------------
-    instance_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    health_host: str = "127.0.0.1"
-    health_port: int | None = Field(default=None, ge=0, le=65535, description="Health/metrics port")
-    var_dir: Path = Path("var")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_format: Literal["json", "console"] = "json"
-    log_redact_prompts: bool = False
+    instance_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="Process identity in client ids and heartbeats",
+    )
+    health_host: str = Field(
+        default="127.0.0.1", description="Bind address of health/metrics (and REST) servers"
+    )
+    health_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Health/metrics port (default: per service, see DEFAULT_PORTS)",
+    )
+    var_dir: Path = Field(default=Path("var"), description="Local state: models, embedded data, logs, traces")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level")
+    log_format: Literal["json", "console"] = Field(default="json", description="Log format")
     trace_file: Path | None = Field(default=None, description="JSONL span sink (the launcher sets one)")
-    trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of new traces sampled")
 
     # --- Models and pools -------------------------------------------------------------
-    default_model: str = "sy-tiny"
     models_dir: Path | None = Field(default=None, description="Default: <var_dir>/models")
-    pools: list[PoolConfig] = Field(default_factory=_default_pools)
+    pools: list[PoolConfig] = Field(
+        default_factory=_default_pools,
+        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -186,6 +222,13 @@ def load_settings(**overrides: object) -> Settings:
     _check_unknown(dict(os.environ))
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:
+        # Raised before validation when a complex value (e.g. SY_POOLS) is not JSON.
+        field = str(exc).split('"')[1] if '"' in str(exc) else "settings"
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(
+            f"invalid Switchyard configuration:\n  {ENV_PREFIX}{field.upper()}: not valid JSON{cause}"
+        ) from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -199,7 +242,23 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines)) from None
 
 
+def markdown_table() -> str:
+    """The settings table of the README (`python -m shared.config`)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, f in Settings.model_fields.items():
+        if f.default_factory is not None:
+            default = "(computed)" if name != "pools" else "one `vllm` pool serving `sy-tiny`"
+        else:
+            default = "unset" if f.default is None else f"`{f.default}`"
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {default} | {f.description or ''} |")
+    return "\n".join(rows)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process-wide settings, read once."""
     return load_settings()
+
+
+if __name__ == "__main__":
+    print(markdown_table())

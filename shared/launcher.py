@@ -131,7 +131,7 @@ class Launcher:
         port = DEFAULT_PORTS.get(name, 0)
         return port if port and port_free(port, self.s.health_host) else free_port(self.s.health_host)
 
-    async def _spawn(self, child: Child) -> None:
+    def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         child.proc = subprocess.Popen(
             child.argv,
@@ -150,7 +150,7 @@ class Launcher:
         assert proc.stdout is not None
         loop = asyncio.get_running_loop()
         width = max(len(n) for n in self.names) if self.names else 8
-        with open(child.log_path, "ab") as f:
+        with open(child.log_path, "ab") as f:  # noqa: ASYNC230 - one open per child start
             while True:
                 line = await loop.run_in_executor(None, proc.stdout.readline)
                 if not line:
@@ -164,7 +164,7 @@ class Launcher:
             port = self._port_for(name)
             child = Child(name, port, self._env_for(name, port), log_path=self.logs_dir / f"{name}.log")
             self.children.append(child)
-            await self._spawn(child)
+            self._spawn(child)
 
     async def wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -224,7 +224,7 @@ class Launcher:
                     c.proc = None
                     await asyncio.sleep(delay)
                     if not self._stopping.is_set():
-                        await self._spawn(c)
+                        self._spawn(c)
                         self.write_endpoints()
             try:
                 await asyncio.wait_for(self._stopping.wait(), timeout=0.5)

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import json
+import logging
+
+import structlog
+from opentelemetry.sdk.trace import TracerProvider
+
+from shared.envelope import Envelope
+from shared.telemetry import (
+    add_timing,
+    bind_request,
+    breakdown,
+    configure_logging,
+    extract_context,
+    get_logger,
+    inject_headers,
+    timed,
+    trace_id_of,
+)
+
+
+def test_timed_appends_entry_with_attrs() -> None:
+    e = Envelope(request_id="r")
+    with timed(e, "router", pool="vllm") as extra:
+        extra["decision"] = "cheapest"
+    (t,) = e.timings
+    assert t.stage == "router" and t.end_ns >= t.start_ns > 0
+    assert dict(t.attrs) == {"pool": "vllm", "decision": "cheapest"}
+
+
+def test_breakdown_orders_by_start_and_reports_ms() -> None:
+    e = Envelope()
+    add_timing(e, "b", 3_000_000, 5_000_000)
+    add_timing(e, "a", 1_000_000, 2_500_000, topic="x")
+    rows = breakdown(e)
+    assert [r["stage"] for r in rows] == ["a", "b"]
+    assert rows[0]["duration_ms"] == 1.5 and rows[0]["topic"] == "x"
+
+
+def test_trace_context_round_trips_through_headers() -> None:
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("producer") as span:
+        headers = inject_headers([("content-type", b"x")])
+        want = format(span.get_span_context().trace_id, "032x")
+    assert trace_id_of(headers) == want
+    assert [k for k, _ in headers] == ["content-type", "traceparent"]
+    ctx = extract_context(headers)
+    with tracer.start_as_current_span("consumer", context=ctx) as child:
+        assert format(child.get_span_context().trace_id, "032x") == want
+        assert child.parent.span_id == span.get_span_context().span_id
+    # injecting twice replaces, never repeats, the header
+    inject_headers(headers)
+    assert sum(1 for k, _ in headers if k == "traceparent") <= 1
+
+
+def test_logs_are_json_with_request_ids_bound(capsys) -> None:
+    configure_logging("test", "INFO", "json")
+    bind_request(Envelope(request_id="r-9", tenant="acme"), trace_id="abc")
+    get_logger("x").info("hello", n=1)
+    logging.getLogger("aiokafka").warning("stdlib line")
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert lines[0]["event"] == "hello" and lines[0]["request_id"] == "r-9"
+    assert lines[0]["tenant"] == "acme" and lines[0]["trace_id"] == "abc" and lines[0]["service"] == "test"
+    assert lines[1]["event"] == "stdlib line" and lines[1]["request_id"] == "r-9"
+    structlog.contextvars.clear_contextvars()
