@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`): each scenario writes JSON under var/bench/."""

@@ -1,0 +1,34 @@
+"""Run the benchmark scenarios: `python -m loadtests [scenario ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from loadtests import bus
+
+SCENARIOS = {"bus": bus.run}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="loadtests")
+    ap.add_argument("scenarios", nargs="*", help=f"any of {sorted(SCENARIOS)} (default: all)")
+    ap.add_argument("--out", type=Path, default=Path("var/bench"))
+    ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke run)")
+    args = ap.parse_args()
+    unknown = sorted(set(args.scenarios) - set(SCENARIOS))
+    if unknown:
+        ap.error(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.scenarios or list(SCENARIOS):
+        result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick))
+        path = args.out / f"{name}.json"
+        path.write_text(json.dumps(result, indent=2))
+        print(f"{name}: wrote {path}")
+        print(json.dumps(result.get("summary", result), indent=2))
+
+
+if __name__ == "__main__":
+    main()
