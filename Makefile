@@ -33,9 +33,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Regenerate the protobuf Python code (committed; tests/unit/test_proto_fresh.py checks it).
+# Regenerate the protobuf Python code and the AsyncAPI document (both committed;
+# tests/unit/test_proto_fresh.py fails when either is stale).
 proto: $(STAMP)
 	$(BIN)/python -m shared.protogen
+	$(BIN)/python -m shared.asyncapi
 
 clean:
 	rm -rf var/run var/bench

@@ -1,4 +1,4 @@
-"""The `switchyard` command: `up` starts the pipeline, `topics` shows topics and lag."""
+"""The `switchyard` command: `up` starts the pipeline, `topics` shows topics and lag, `asyncapi` the topic API."""
 
 from __future__ import annotations
 
@@ -50,9 +50,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from shared.kafka_admin import topic_report
+    from shared.kafka_admin import create_topics, topic_report
 
     settings = _with_running_broker(_settings())
+    if args.create:
+        created = asyncio.run(create_topics(settings))
+        print(f"created {len(created)} topics: {', '.join(created) or '-'}")
     rows = asyncio.run(topic_report(settings))
     if args.json:
         print(json.dumps([{**r.__dict__, "lag": r.lag} for r in rows], indent=2))
@@ -72,6 +75,13 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_asyncapi(args: argparse.Namespace) -> int:
+    from shared.asyncapi import render
+
+    print(render(_settings()), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -80,7 +90,12 @@ def main(argv: list[str] | None = None) -> None:
     p_up.set_defaults(func=cmd_up)
     p_topics = sub.add_parser("topics", help="list topics with record counts and consumer lag")
     p_topics.add_argument("--json", action="store_true")
+    p_topics.add_argument(
+        "--create", action="store_true", help="create missing topics first (production init)"
+    )
     p_topics.set_defaults(func=cmd_topics)
+    p_async = sub.add_parser("asyncapi", help="print the AsyncAPI document of the topics")
+    p_async.set_defaults(func=cmd_asyncapi)
     args = parser.parse_args(argv)
     raise SystemExit(args.func(args))
 

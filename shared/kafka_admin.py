@@ -14,6 +14,16 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.bus import client_kwargs
 from shared.config import Settings
+from shared.topics import ensure_topics
+
+
+async def create_topics(settings: Settings) -> list[str]:
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))  # type: ignore[arg-type]
+    await admin.start()
+    try:
+        return await ensure_topics(admin, settings)
+    finally:
+        await admin.close()
 
 
 async def end_offsets(settings: Settings, tps: list[TopicPartition]) -> dict[TopicPartition, int]:

@@ -33,7 +33,7 @@ def _request(rid: str) -> bytes:
 
 
 class Up:
-    def __init__(self, var_dir: Path) -> None:
+    def __init__(self, var_dir: Path, *args: str, **extra_env: str) -> None:
         self.var_dir = var_dir
         env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
         env.update(
@@ -42,9 +42,11 @@ class Up:
             SY_DRAIN_TIMEOUT_S="5",
             PYTHONUNBUFFERED="1",
         )
+        env.update(extra_env)
+        env = {k: v for k, v in env.items() if v != ""}
         self.log = open(var_dir / "up.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "up"],
+            [sys.executable, "-m", "shared.cli", "up", *args],
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -158,6 +160,35 @@ def test_children_die_with_a_sigkilled_launcher(tmp_path: Path) -> None:
         os.kill(up.proc.pid, signal.SIGKILL)  # no chance to clean up: PDEATHSIG must do it
         up.proc.wait(timeout=10)
         assert _gone(pids, timeout_s=15) == []
+    finally:
+        if up.proc.poll() is None:
+            os.killpg(up.proc.pid, signal.SIGKILL)
+
+
+async def test_external_broker_is_used_and_no_embedded_one_started(
+    tmp_path: Path, broker, prefix: str
+) -> None:
+    up = Up(
+        tmp_path,
+        "--services",
+        "router",
+        SY_KAFKA_BOOTSTRAP=broker.bootstrap,
+        SY_TOPIC_PREFIX=prefix,
+        SY_KAFKA_PORT="",
+    )
+    try:
+        info = up.wait_up()
+        assert info["kafka"] == broker.bootstrap and info["embedded_kafka"] is False
+        assert list(info["services"]) == ["router"]
+        assert not [p for p in up.tree() if "tansu" in " ".join(p.cmdline())]
+        assert f"using {broker.bootstrap} (SY_KAFKA_BOOTSTRAP)" in up.output()
+        from shared.config import load_settings
+        from shared.kafka_admin import topic_report
+
+        rows = await topic_report(load_settings(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix))
+        assert f"{prefix}routing" in {r.topic for r in rows}, "launcher did not create the topics"
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.proc.wait(timeout=60) == 0
     finally:
         if up.proc.poll() is None:
             os.killpg(up.proc.pid, signal.SIGKILL)

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from switchyard.v1.envelope_pb2 import ChatMessage, Request
 from switchyard.v1.events_pb2 import DeadLetter
@@ -36,7 +37,7 @@ def _traceparent() -> tuple[list[tuple[str, bytes]], str]:
 
 async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topics, var_dir: Path) -> None:
     env = service_env(broker.bootstrap, topics, var_dir)
-    with services(STAGES, env, var_dir):
+    with services(STAGES, env, var_dir) as procs:
         headers, trace_id = _traceparent()
         await produce(broker.bootstrap, f"{topics}requests", [encode(chat("r-proto"))], headers=headers)
         as_json = json.dumps(
@@ -58,6 +59,10 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
             headers=[("content-type", b"application/json")],
         )
         out = await collect(broker.bootstrap, f"{topics}infer.vllm", 2)
+        metrics = httpx.get(f"http://127.0.0.1:{procs['preprocess'].port}/metrics").text
+    assert 'sy_records_total{outcome="ok",stage="preprocess"} 2.0' in metrics
+    assert f'sy_queue_wait_seconds_count{{stage="preprocess",topic="{topics}requests"}} 2.0' in metrics
+    assert 'sy_in_flight{stage="preprocess"}' in metrics and "sy_consumer_lag" in metrics
     assert len(out) == 2
     by_id = {decode(r.value).request_id: r for r in out}
     assert set(by_id) == {"r-proto", "r-json"}
