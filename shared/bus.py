@@ -122,18 +122,19 @@ class Producer:
     async def stop(self) -> None:
         await self._p.stop()
 
+    async def send_soon(self, r: OutRecord) -> asyncio.Future[object]:
+        """Hand a record to the client's batcher; the returned future resolves on the broker's ack."""
+        headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
+        headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
+        fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
+        PRODUCED.labels(r.topic).inc()
+        return fut
+
     async def send_all(self, records: Sequence[OutRecord]) -> None:
         """Produce records (batched by the client) and wait for every ack."""
-        futures = []
-        for r in records:
-            headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
-            headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
-            futures.append(
-                await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
-            )
-        for r, fut in zip(records, futures, strict=True):
+        futures = [await self.send_soon(r) for r in records]
+        for fut in futures:
             await fut
-            PRODUCED.labels(r.topic).inc()
 
     async def send(self, record: OutRecord) -> None:
         await self.send_all([record])
@@ -349,12 +350,19 @@ class StageConsumer:
             except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then DLQ'd
                 ERRORS.labels(self.stage, type(exc).__name__).inc()
                 if attempt >= self._s.stage_max_attempts:
-                    reason = f"failed {attempt} times, last: {type(exc).__name__}: {exc}"
+                    cause = f" (caused by {exc.__cause__!r})" if exc.__cause__ else ""
+                    reason = f"failed {attempt} times, last: {type(exc).__name__}: {exc}{cause}"
                     outputs = self._dead_outputs(rec, ErrorCode.RETRIES_EXHAUSTED, reason, attempt)
                     outcome = "dlq"
                     log.error("giving up on record", stage=self.stage, offset=rec.offset, error=str(exc))
                 else:
-                    log.warning("handler failed; retrying", stage=self.stage, attempt=attempt, error=str(exc))
+                    log.warning(
+                        "handler failed; retrying",
+                        stage=self.stage,
+                        attempt=attempt,
+                        error=repr(exc),
+                        cause=repr(exc.__cause__) if exc.__cause__ else None,
+                    )
                     await asyncio.sleep(
                         backoff_s(attempt, self._s.stage_retry_backoff_ms, self._s.stage_retry_backoff_max_ms)
                     )

@@ -75,6 +75,18 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    from shared.models.build import main as build_main
+
+    settings = _settings()
+    argv = ["--name", args.name, "--models-dir", str(settings.model_dir)]
+    if args.minutes is not None:
+        argv += ["--minutes", str(args.minutes)]
+    if args.force:
+        argv.append("--force")
+    return build_main(argv)
+
+
 def cmd_asyncapi(args: argparse.Namespace) -> int:
     from shared.asyncapi import render
 
@@ -94,6 +106,13 @@ def main(argv: list[str] | None = None) -> None:
         "--create", action="store_true", help="create missing topics first (production init)"
     )
     p_topics.set_defaults(func=cmd_topics)
+    p_models = sub.add_parser("models", help="local models")
+    models_sub = p_models.add_subparsers(dest="models_cmd", required=True)
+    p_build = models_sub.add_parser("build", help="build and train the small local model (cached)")
+    p_build.add_argument("--name", default="sy-tiny")
+    p_build.add_argument("--minutes", type=float, default=None, help="training budget")
+    p_build.add_argument("--force", action="store_true", help="rebuild even when cached")
+    p_build.set_defaults(func=cmd_models)
     p_async = sub.add_parser("asyncapi", help="print the AsyncAPI document of the topics")
     p_async.set_defaults(func=cmd_asyncapi)
     args = parser.parse_args(argv)

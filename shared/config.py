@@ -153,6 +153,43 @@ class Settings(BaseSettings):
         description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
     )
 
+    # --- Gateway -----------------------------------------------------------------------
+    api_keys: dict[str, str] = Field(
+        default_factory=lambda: {"sk-switchyard-local": "local"},
+        description='JSON map of API key to tenant, e.g. {"sk-a": "acme"} (keys are never logged)',
+    )
+    gateway_max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413"
+    )
+    gateway_timeout_s: float = Field(
+        default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
+    )
+    gateway_results_ttl_s: float = Field(
+        default=24 * 3600, gt=0, description="How long async results are kept"
+    )
+
+    # --- vLLM worker ---------------------------------------------------------------------
+    vllm_pool: str = Field(default="vllm", description="Pool this vLLM worker serves (topic infer.<pool>)")
+    vllm_model: str = Field(default="sy-tiny", description="Model name this worker serves")
+    vllm_model_path: str | None = Field(
+        default=None, description="Weights: a local dir or HF id (default: <models_dir>/<vllm_model>)"
+    )
+    vllm_dtype: str = Field(
+        default="float32", description="Engine dtype (float32 on CPU; auto/bfloat16 on GPU)"
+    )
+    vllm_max_model_len: int = Field(default=512, ge=16, description="Context length the engine allows")
+    vllm_max_num_seqs: int = Field(
+        default=16, ge=1, description="Sequences batched at once; also the in-flight bound"
+    )
+    vllm_kv_cache_gib: float = Field(
+        default=1.0, gt=0, description="KV cache space on CPU (VLLM_CPU_KVCACHE_SPACE)"
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.85, gt=0, le=1, description="GPU share for weights + KV"
+    )
+    vllm_enforce_eager: bool = Field(default=True, description="Skip graph compilation (faster start)")
+    heartbeat_interval_s: float = Field(default=2.0, gt=0, description="How often workers publish heartbeats")
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _bootstrap_shape(cls, v: str | None) -> str | None:
@@ -193,6 +230,12 @@ class Settings(BaseSettings):
 
     def health_port_for(self, service: str) -> int:
         return self.health_port if self.health_port is not None else DEFAULT_PORTS.get(service, 0)
+
+    def model_path(self) -> str:
+        return self.vllm_model_path or str(self.model_dir / self.vllm_model)
+
+    def tenant_for(self, api_key: str) -> str | None:
+        return self.api_keys.get(api_key)
 
     def pool(self, name: str) -> PoolConfig:
         for p in self.pools:
@@ -236,7 +279,7 @@ def load_settings(**overrides: object) -> Settings:
             var = ENV_PREFIX + str(loc[0]).upper() if loc else "settings"
             where = "." + ".".join(str(x) for x in loc[1:]) if len(loc) > 1 else ""
             got = os.environ.get(var)
-            secret = "password" in var.lower()
+            secret = any(w in var for w in ("PASSWORD", "KEY", "SECRET", "TOKEN"))
             shown = f" (got {got!r})" if got is not None and not secret and got not in err["msg"] else ""
             lines.append(f"  {var}{where}: {err['msg']}{shown}")
         raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines)) from None
@@ -260,5 +303,20 @@ def get_settings() -> Settings:
     return load_settings()
 
 
+def write_readme_table(readme: Path) -> None:
+    """Replace the generated settings section of the README."""
+    text = readme.read_text()
+    start, end = "<!-- settings:start", "<!-- settings:end -->"
+    head, _, rest = text.partition(start)
+    marker_line, _, _ = rest.partition("\n")
+    _, _, tail = rest.partition(end)
+    readme.write_text(f"{head}{start}{marker_line}\n{markdown_table()}\n{end}{tail}")
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    import sys
+
+    if "--readme" in sys.argv:
+        write_readme_table(Path(__file__).resolve().parent.parent / "README.md")
+    else:
+        print(markdown_table())

@@ -268,6 +268,10 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
             for name, info in data["services"].items():  # type: ignore[union-attr]
                 launcher.say(f"  {name:<10} {info['url']}  (/readyz /metrics)")
             launcher.say(f"  traces     {data['trace_file']}")
+            gw = data["services"].get("gateway")  # type: ignore[union-attr]
+            if gw:
+                keys = "set in SY_API_KEYS" if "SY_API_KEYS" in os.environ else "sk-switchyard-local"
+                launcher.say(f"OpenAI API: {gw['url']}/v1  (API key: {keys})")
             launcher.say("Ctrl-C stops everything.")
             supervise = asyncio.create_task(launcher.supervise())
             await stopper

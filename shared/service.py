@@ -12,6 +12,9 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from starlette.routing import Mount
+from starlette.types import ASGIApp
+
 from shared.bus import Producer, StageConsumer
 from shared.config import ConfigError, Settings, load_settings
 from shared.health import Health, HttpServer, health_app
@@ -27,6 +30,7 @@ class Service:
     consumers: Sequence[StageConsumer]
     background: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = field(default_factory=list)
     on_stop: Sequence[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    app: ASGIApp | None = None  # REST services: served on the same port, beside the health routes
 
 
 Builder = Callable[[Settings, Producer, Health], Awaitable[Service]]
@@ -47,13 +51,16 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    http = HttpServer(health_app(health), settings.health_host, settings.health_port_for(name))
-    await http.start()
+    root = health_app(health)
+    http = HttpServer(root, settings.health_host, settings.health_port_for(name))
+    await http.start()  # liveness answers while the service builds (an engine may take a while)
     producer = Producer(settings, client_id=f"{name}-{settings.instance_id}")
     await producer.start()
     svc = await build(settings, producer, health)
     for c in svc.consumers:
         health.add_check(f"consumer:{c.stage}", c.assigned)
+    if svc.app is not None:
+        root.router.routes.append(Mount("/", app=svc.app))
     log.info("service starting", port=http.port, topics=[t for c in svc.consumers for t in c.topics])
 
     tasks = [asyncio.create_task(c.run(), name=f"consume:{c.stage}") for c in svc.consumers]

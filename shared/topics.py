@@ -37,7 +37,7 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
         "Validated requests with media stored and tokens counted",
     ),
     TopicSpec("routing", "request_id", "switchyard.v1.Envelope", "Cache misses waiting for a pool decision"),
-    TopicSpec("stream", "request_id", "switchyard.v1.Envelope", "Token deltas of streaming requests"),
+    TopicSpec("stream", "request_id", "switchyard.v1.StreamDelta", "Token deltas of streaming requests"),
     TopicSpec(
         "responses", "request_id", "switchyard.v1.Envelope", "Final responses and errors, with timings"
     ),

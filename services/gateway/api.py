@@ -1,0 +1,332 @@
+"""The OpenAI-compatible REST API (FastAPI). Kafka stays behind `Backend.submit`."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shared.config import Settings
+from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
+from shared.telemetry import ERRORS, STAGE_SECONDS, add_timing, get_logger
+
+from .openai_format import StreamDeduper, chunk, error_body, response_body, to_envelope
+from .replies import ReplyRouter, ResultStore
+from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
+
+log = get_logger(__name__)
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    504: "timeout_error",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
+    ERRORS.labels("gateway", code).inc()
+    return JSONResponse(error_body(message, _ERROR_TYPES.get(status, "server_error"), code, param), status)
+
+
+@dataclass
+class Backend:
+    """What the API needs from the process: publishing and the reply side."""
+
+    settings: Settings
+    submit: Callable[[Envelope], Awaitable[None]]
+    replies: ReplyRouter
+    store: ResultStore
+    ready: Callable[[], bool]
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({m for p in self.settings.pools for m in p.models})
+
+
+class BodyLimit:
+    """413 for bodies over the limit, whether or not the client sent Content-Length."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _error(413, f"request body exceeds {self.limit} bytes", "body_too_large")(
+                scope, receive, send
+            )
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise ApiError(413, f"request body exceeds {self.limit} bytes", "body_too_large")
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+def create_app(backend: Backend) -> FastAPI:
+    s = backend.settings
+    app = FastAPI(
+        title="Switchyard gateway",
+        version="0.1.0",
+        description="OpenAI-compatible API of the Switchyard pipeline",
+    )
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.code, exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        param = ".".join(str(x) for x in first["loc"] if x != "body") or None
+        msg = "; ".join(f"{'.'.join(str(x) for x in e['loc'] if x != 'body')}: {e['msg']}" for e in errs[:5])
+        return _error(400, msg, "invalid_request", param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(
+            exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error"
+        )
+
+    def tenant_of(authorization: str | None = Header(default=None)) -> str:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
+        key = authorization[7:].strip()
+        for known, tenant in s.api_keys.items():
+            if hmac.compare_digest(known.encode(), key.encode()):
+                return tenant
+        raise ApiError(401, "invalid API key", "invalid_api_key")
+
+    def check_model(model: str) -> None:
+        if model not in backend.models:
+            raise ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+
+    def check_ready() -> None:
+        if not backend.ready():
+            raise ApiError(503, "gateway is not ready", "not_ready")
+
+    async def run(req: ChatCompletionRequest | CompletionRequest, tenant: str) -> Any:
+        t0 = time.time_ns()
+        check_ready()
+        check_model(req.model)
+        rid = new_request_id()
+        created = int(time.time())
+        deadline_s = time.time() + s.gateway_timeout_s
+        env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=int(deadline_s * 1000))
+        n = req.n or 1
+        waiter = backend.replies.register(rid, tenant, stream=req.stream)
+        handed = time.time_ns()
+        try:
+            await backend.submit(env)
+        except Exception:
+            backend.replies.release(rid)
+            raise
+
+        def finish_timings(final: Envelope) -> float:
+            add_timing(final, "gateway_accept", t0, handed)
+            if waiter.sent_ns:
+                add_timing(
+                    final,
+                    "queue",
+                    waiter.sent_ns,
+                    waiter.received_ns,
+                    topic=s.topic("responses"),
+                    to="gateway",
+                )
+            add_timing(final, "gateway_reply", waiter.received_ns or time.time_ns(), time.time_ns())
+            e2e = (time.time_ns() - t0) / 1e6
+            STAGE_SECONDS.labels("gateway").observe(e2e / 1000)
+            return e2e
+
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(
+                _sse(env, waiter, n, created, deadline_s, include_usage, finish_timings),
+                media_type="text/event-stream",
+                headers={"X-Request-Id": rid, "Cache-Control": "no-cache"},
+            )
+        try:
+            final = await asyncio.wait_for(
+                asyncio.shield(waiter.final), timeout=max(0.0, deadline_s - time.time())
+            )
+        except TimeoutError:
+            raise ApiError(
+                504, f"request timed out after {s.gateway_timeout_s:g}s", ErrorCode.DEADLINE_EXCEEDED
+            ) from None
+        finally:
+            backend.replies.release(rid)
+        if final.error.code:
+            raise ApiError(final.error.http_status or 500, final.error.message, final.error.code)
+        e2e = finish_timings(final)
+        return JSONResponse(response_body(final, created, e2e), headers={"X-Request-Id": rid})
+
+    async def _sse(
+        env: Envelope,
+        waiter: Any,
+        n: int,
+        created: int,
+        deadline_s: float,
+        include_usage: bool,
+        finish_timings: Callable[[Envelope], float],
+    ) -> AsyncIterator[bytes]:
+        rid, kind, model = env.request_id, env.kind, env.model
+
+        def event(obj: dict[str, Any]) -> bytes:
+            return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+        dedupe = StreamDeduper(n)
+        try:
+            if kind != Kind.KIND_COMPLETION:
+                for i in range(n):
+                    yield event(chunk(kind, rid, model, created, i, role=True))
+            while not waiter.final.done():
+                timeout = deadline_s - time.time()
+                if timeout <= 0:
+                    yield event(
+                        error_body(
+                            f"request timed out after {s.gateway_timeout_s:g}s",
+                            "timeout_error",
+                            ErrorCode.DEADLINE_EXCEEDED,
+                        )
+                    )
+                    yield b"data: [DONE]\n\n"
+                    return
+                getter = asyncio.ensure_future(waiter.deltas.get())
+                await asyncio.wait(
+                    [getter, waiter.final], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                for index, text in dedupe.new_text(getter.result()):
+                    yield event(chunk(kind, rid, model, created, index, text=text))
+            while not waiter.deltas.empty():
+                for index, text in dedupe.new_text(waiter.deltas.get_nowait()):
+                    yield event(chunk(kind, rid, model, created, index, text=text))
+            final: Envelope = waiter.final.result()
+            if final.error.code:
+                yield event(
+                    error_body(
+                        final.error.message,
+                        _ERROR_TYPES.get(final.error.http_status, "server_error"),
+                        final.error.code,
+                    )
+                )
+                yield b"data: [DONE]\n\n"
+                return
+            for c in final.response.choices:
+                rest = dedupe.remainder(c.index, c.text)
+                if rest:
+                    yield event(chunk(kind, rid, model, created, c.index, text=rest))
+                yield event(
+                    chunk(kind, rid, model, created, c.index, finish_reason=c.finish_reason or "stop")
+                )
+            e2e = finish_timings(final)
+            if include_usage:
+                body = response_body(final, created, e2e)
+                tail = chunk(kind, rid, model, created, 0)
+                tail["choices"] = []
+                tail["usage"] = body["usage"]
+                tail["switchyard"] = body["switchyard"]
+                yield event(tail)
+            yield b"data: [DONE]\n\n"
+        finally:
+            backend.replies.release(rid)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest, tenant: str = Depends(tenant_of)) -> Any:
+        """Create a chat completion (OpenAI-compatible; `stream: true` for SSE)."""
+        return await run(req, tenant)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, tenant: str = Depends(tenant_of)) -> Any:
+        """Create a text completion (OpenAI-compatible)."""
+        return await run(req, tenant)
+
+    @app.get("/v1/models")
+    async def models(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in backend.models
+            ],
+        }
+
+    @app.post("/v1/requests", status_code=202)
+    async def submit_async(
+        body: AsyncRequest,
+        tenant: str = Depends(tenant_of),
+        idempotency_key: str | None = Header(default=None),
+    ) -> JSONResponse:
+        """Queue a request; poll GET /v1/requests/{id}. Retrying with the same request_id is safe."""
+        check_ready()
+        model_cls = ChatCompletionRequest if body.endpoint == "/v1/chat/completions" else CompletionRequest
+        try:
+            req = model_cls(**body.body)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            loc = ".".join(str(x) for x in e["loc"])
+            raise ApiError(400, f"body.{loc}: {e['msg']}", "invalid_request", f"body.{loc}") from None
+        if req.stream:
+            raise ApiError(
+                400, "stream is not available for async requests", "invalid_request", "body.stream"
+            )
+        check_model(req.model)
+        key = body.request_id or idempotency_key
+        rid, new = backend.store.accept(new_request_id(), tenant, body.endpoint, key)
+        if new:
+            env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=0)
+            await backend.submit(env)
+        current = backend.store.get(rid, tenant) or {}
+        return JSONResponse(current, status_code=202 if current.get("status") == "queued" else 200)
+
+    @app.get("/v1/requests/{request_id}")
+    async def get_request(request_id: str, tenant: str = Depends(tenant_of)) -> dict[str, Any]:
+        """Status, result and per-stage breakdown of an async request."""
+        found = backend.store.get(request_id, tenant)
+        if found is None:
+            raise ApiError(404, f"no request {request_id!r}", "not_found")
+        return found
+
+    return app
+
+
+def async_result(env: Envelope) -> tuple[str, dict[str, Any]]:
+    """What GET /v1/requests/{id} shows for a finished envelope."""
+    if env.error.code:
+        return "failed", {"error": error_body(env.error.message, "server_error", env.error.code)["error"]}
+    return "completed", {"result": response_body(env, int(time.time()))}

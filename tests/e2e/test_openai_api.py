@@ -1,0 +1,260 @@
+"""The official `openai` client, unchanged, against the whole pipeline (gateway -> ... -> vLLM worker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from shared.models import tasks
+from tests.helpers.kafka import ROOT
+
+pytestmark = pytest.mark.slow
+
+MSG = [{"role": "user", "content": "What is 12+30?"}]
+
+
+@pytest.fixture(scope="module")
+def client(pipeline) -> openai.OpenAI:
+    return openai.OpenAI(base_url=pipeline.base_url, api_key="sk-a", max_retries=0, timeout=120)
+
+
+def test_models_and_chat(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == ["ghost-model", "sy-tiny"]
+    r = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=8, temperature=0)
+    assert r.object == "chat.completion" and r.model == "sy-tiny"
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0 and 0 < r.usage.completion_tokens <= 8
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_the_model_answers_its_tasks(client: openai.OpenAI) -> None:
+    """The locally trained model is useful: most arithmetic answers are right."""
+    import random
+
+    rng = random.Random(7)
+    examples = [tasks.sample("add", rng) for _ in range(10)]
+    right = 0
+    for ex in examples:
+        r = client.chat.completions.create(
+            model="sy-tiny", messages=[{"role": "user", "content": ex.prompt}], max_tokens=8, temperature=0
+        )
+        right += tasks.check("add", ex.prompt, r.choices[0].message.content or "")
+    assert right >= 5, f"only {right}/10 sums right"
+
+
+def test_completion_and_max_tokens(client: openai.OpenAI) -> None:
+    r = client.completions.create(model="sy-tiny", prompt="The", max_tokens=5, temperature=0, stop=[])
+    assert r.object == "text_completion" and r.usage.completion_tokens <= 5
+    long = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=1, temperature=0)
+    assert long.usage.completion_tokens == 1 and long.choices[0].finish_reason == "length"
+
+
+def test_temperature_zero_is_deterministic_and_streaming_matches(client: openai.OpenAI) -> None:
+    kw = dict(
+        model="sy-tiny",
+        messages=[{"role": "user", "content": "reverse: planet"}],
+        max_tokens=12,
+        temperature=0,
+    )
+    a = client.chat.completions.create(**kw).choices[0].message.content
+    b = client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == a
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["stop"], ["length"])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_n_greater_than_one(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=6, temperature=1.0, n=3)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    assert r.usage.completion_tokens > 0
+    stream = client.chat.completions.create(
+        model="sy-tiny", messages=MSG, max_tokens=6, temperature=1.0, n=2, stream=True
+    )
+    seen = {c.choices[0].index for c in stream if c.choices}
+    assert seen == {0, 1}
+
+
+def test_stop_sequences(client: openai.OpenAI) -> None:
+    kw = dict(
+        model="sy-tiny",
+        messages=[{"role": "user", "content": "copy: abcdefgh"}],
+        max_tokens=16,
+        temperature=0,
+    )
+    full = client.chat.completions.create(**kw).choices[0].message.content or ""
+    assert len(full) >= 3, full
+    stop = full[2]
+    cut = client.chat.completions.create(**kw, stop=[stop]).choices[0]
+    assert cut.message.content == full[: full.index(stop)]
+    assert cut.finish_reason == "stop"
+
+
+def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
+    r = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=8, temperature=0)
+    info = r.model_extra["switchyard"]
+    stages = [row["stage"] for row in info["breakdown"] if "parent" not in row]
+    assert stages == [
+        "gateway_accept",
+        "queue",
+        "preprocess",
+        "queue",
+        "cache",
+        "queue",
+        "router",
+        "queue",
+        "vllm_worker",
+        "queue",
+        "gateway_reply",
+    ]
+    hops = [row["topic"] for row in info["breakdown"] if row["stage"] == "queue"]
+    assert hops == ["sy.requests", "sy.prepared", "sy.routing", "sy.infer.vllm", "sy.responses"]
+    assert {"ttft", "decode"} <= {row["stage"] for row in info["breakdown"]}
+    # Stated tolerance: the parts cover the end-to-end time to within 5 ms or 5 %.
+    gap = info["e2e_ms"] - info["stages_total_ms"]
+    assert abs(gap) <= max(5.0, 0.05 * info["e2e_ms"]), info
+
+
+def test_async_api_with_idempotent_retry_and_tenant_isolation(pipeline) -> None:
+    url = pipeline.base_url
+    a, b = {"Authorization": "Bearer sk-a"}, {"Authorization": "Bearer sk-b"}
+    body = {
+        "endpoint": "/v1/chat/completions",
+        "request_id": "job-42",
+        "body": {"model": "sy-tiny", "messages": MSG, "max_tokens": 6, "temperature": 0},
+    }
+    first = httpx.post(url + "/requests", json=body, headers=a)
+    assert first.status_code in (200, 202), first.text
+    rid = first.json()["id"]
+    again = httpx.post(url + "/requests", json=body, headers=a)
+    assert again.json()["id"] == rid, "a retry with the same request_id must not create a second request"
+    deadline = time.monotonic() + 60
+    got = {}
+    while time.monotonic() < deadline:
+        got = httpx.get(f"{url}/requests/{rid}", headers=a).json()
+        if got["status"] != "queued":
+            break
+        time.sleep(0.2)
+    assert got["status"] == "completed", got
+    assert got["result"]["choices"][0]["message"]["content"]
+    assert got["result"]["switchyard"]["breakdown"]
+    assert httpx.get(f"{url}/requests/{rid}", headers=b).status_code == 404  # tenant B cannot see it
+    bad = httpx.post(url + "/requests", json={"body": {"model": "sy-tiny", "messages": []}}, headers=a)
+    assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+
+
+def test_errors_are_openai_shaped(pipeline, client: openai.OpenAI) -> None:
+    url = pipeline.base_url
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.chat.completions.create(model="gpt-4o", messages=MSG)
+    assert nf.value.body["code"] == "model_not_found"
+    assert (
+        httpx.post(url + "/chat/completions", json={"model": "sy-tiny", "messages": MSG}).status_code == 401
+    )
+    bad_key = httpx.post(
+        url + "/chat/completions",
+        json={"model": "sy-tiny", "messages": MSG},
+        headers={"Authorization": "Bearer nope"},
+    )
+    assert bad_key.status_code == 401 and bad_key.json()["error"]["code"] == "invalid_api_key"
+    huge = {"model": "sy-tiny", "messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]}
+    r = httpx.post(url + "/chat/completions", json=huge, headers={"Authorization": "Bearer sk-a"}, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    with pytest.raises(openai.BadRequestError) as br:
+        client.chat.completions.create(model="sy-tiny", messages=MSG, temperature=5)
+    assert "temperature" in str(br.value)
+    with pytest.raises(openai.BadRequestError) as ctx:
+        client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=100000)
+    assert "context" in str(ctx.value)
+
+
+def test_same_greedy_output_as_the_engine_called_directly(client: openai.OpenAI, model_dir) -> None:
+    import random
+
+    rng = random.Random(3)
+    prompts = [
+        [{"role": "user", "content": tasks.sample(t, rng).prompt}] for t in ("add", "reverse", "lookup")
+    ]
+    ours = [
+        client.chat.completions.create(model="sy-tiny", messages=p, max_tokens=16, temperature=0)
+        .choices[0]
+        .message.content
+        for p in prompts
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.direct_engine", str(model_dir), json.dumps(prompts), "16"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, out.stderr[-3000:]
+    assert ours == json.loads(line[7:])
+
+
+def test_deadline_gives_504(pipeline, model_dir, tmp_path) -> None:
+    """A second gateway with a 1 s deadline, asking for the model of a pool that has no worker."""
+    from tests.helpers.kafka import ServiceProc
+
+    env = dict(
+        pipeline.env,
+        SY_KAFKA_BOOTSTRAP=pipeline.endpoints["kafka"],
+        SY_GATEWAY_TIMEOUT_S="1",
+        SY_INSTANCE_ID="gw-timeout",
+        SY_VAR_DIR=str(tmp_path),
+        SY_POOLS=json.dumps([{"name": "ghost", "engine": "vllm", "models": ["ghost-model"]}]),
+    )
+    env.pop("SY_KAFKA_PORT", None)
+    gw = ServiceProc([sys.executable, "-m", "services.gateway.main"], env, tmp_path / "gw.log")
+    try:
+        gw.wait_ready()
+        r = httpx.post(
+            f"http://127.0.0.1:{gw.port}/v1/chat/completions",
+            timeout=30,
+            headers={"Authorization": "Bearer sk-a"},
+            json={"model": "ghost-model", "messages": MSG, "max_tokens": 4},
+        )
+        assert r.status_code == 504, r.text
+        assert r.json()["error"]["code"] == "deadline_exceeded"
+    finally:
+        assert gw.stop() == 0
+
+
+def test_worker_sigkill_mid_generation_redelivers_and_client_sees_one_answer(pipeline, client) -> None:
+    kw = dict(
+        model="sy-tiny",
+        messages=[{"role": "user", "content": "copy: abcdefghijklmnop"}],
+        max_tokens=300,
+        temperature=0,
+        min_tokens=300,
+    )
+    reference = client.chat.completions.create(**kw).choices[0].message.content
+    stream = client.chat.completions.create(**kw, stream=True)
+    pid = json.loads(pipeline.endpoints_path.read_text())["services"]["vllm_worker"]["pid"]
+    parts, killed = [], False
+    for c in stream:
+        if c.choices:
+            parts.append(c.choices[0].delta.content or "")
+        if not killed and len(parts) > 20:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)  # the worker and its engine processes
+            killed = True
+    assert killed
+    assert "".join(parts) == reference, "the client must see exactly one, complete answer"
+    new_pid = json.loads(pipeline.endpoints_path.read_text())["services"]["vllm_worker"]["pid"]
+    assert new_pid != pid

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shared.models import tasks
+
+
+def test_dataset_is_deterministic_per_seed() -> None:
+    assert tasks.dataset(50, seed=3) == tasks.dataset(50, seed=3)
+    assert tasks.dataset(50, seed=3) != tasks.dataset(50, seed=4)
+
+
+def test_dataset_cycles_through_the_tasks() -> None:
+    examples = tasks.dataset(20, seed=0, tasks=("add", "lookup"))
+    assert [e.task for e in examples] == ["add", "lookup"] * 10
+
+
+def test_sample_depends_only_on_the_rng_state() -> None:
+    for task in tasks.TASKS:
+        assert tasks.sample(task, random.Random(9)) == tasks.sample(task, random.Random(9))
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+def test_prompts_differ_across_samples(task: str) -> None:
+    rng = random.Random(1)
+    prompts = {tasks.sample(task, rng).prompt for _ in range(50)}
+    assert len(prompts) > 40
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+def test_check_accepts_the_true_answer(task: str) -> None:
+    for e in tasks.dataset(30, seed=2, tasks=(task,)):
+        assert e.task == task
+        assert tasks.answer(task, e.prompt) == e.answer
+        assert tasks.detect(e.prompt) == task
+        for completion in (e.answer, f" {e.answer}\n", f"{e.answer}<|eos|>", f"{e.answer} </s> junk"):
+            assert tasks.check(task, e.prompt, completion), (e, completion)
+
+
+@pytest.mark.parametrize("task", tasks.TASKS)
+def test_check_rejects_a_wrong_answer(task: str) -> None:
+    for e in tasks.dataset(30, seed=5, tasks=(task,)):
+        wrong = str(int(e.answer) + 1) if e.answer.isdigit() else e.answer + "x"
+        assert not tasks.check(task, e.prompt, wrong), (e, wrong)
+        assert not tasks.check(task, e.prompt, ""), e
+        assert not tasks.check(task, e.prompt, "<|eos|>" + e.answer), e
+
+
+def test_known_answers() -> None:
+    assert tasks.check("add", "What is 37+58?", "95")
+    assert tasks.check("add", "2+2=", "The answer is 4.")
+    assert not tasks.check("add", "2+2=", "5 or 4")
+    assert tasks.check("reverse", "Reverse: pilot", "'tolip'.")
+    assert tasks.check("reverse", "Reverse: pilot", "TOLIP")
+    assert not tasks.check("reverse", "Reverse: pilot", "tolipp")
+    assert tasks.check("lookup", "a=17, k=42, z=5. What is k?", "42<|end|>")
+    assert tasks.check("copy", "Repeat: abc", "abc")
+    assert tasks.check("count", "How many b in abcbd?", "2")
+
+
+def test_operands_and_words_stay_in_range() -> None:
+    for e in tasks.dataset(500, seed=7):
+        if e.task == "add":
+            a, b = e.prompt.removeprefix("What is ").rstrip("?=").split("+")
+            assert 1 <= len(a) <= 3 and 1 <= len(b) <= 3
+        elif e.task in ("reverse", "copy"):
+            word = e.prompt.split(": ")[1]
+            assert 3 <= len(word) <= 8 and word.isalpha() and word.islower()
+        elif e.task == "lookup":
+            assert 3 <= e.prompt.count("=") <= 5
+
+
+def test_unknown_task_or_foreign_prompt_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        tasks.sample("nope", random.Random(0))
+    with pytest.raises(ValueError):
+        tasks.check("add", "Reverse: abc", "cba")
+    assert tasks.detect("hello there") is None
