@@ -7,9 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus
+from loadtests import bus, pipeline
 
-SCENARIOS = {"bus": bus.run}
+SCENARIOS = {"bus": bus.run, "pipeline-vs-engine": pipeline.run}
 
 
 def main() -> None:

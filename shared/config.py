@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     )
     topic_partitions: int = Field(default=4, ge=1, le=1024, description="Partitions of keyed topics")
     kafka_fetch_max_wait_ms: int = Field(
-        default=20, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
+        default=10, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
     kafka_session_timeout_ms: int = Field(
         default=6000,
@@ -189,6 +189,11 @@ class Settings(BaseSettings):
     )
     vllm_enforce_eager: bool = Field(default=True, description="Skip graph compilation (faster start)")
     heartbeat_interval_s: float = Field(default=2.0, gt=0, description="How often workers publish heartbeats")
+    stream_flush_ms: float = Field(
+        default=15.0,
+        ge=0,
+        description="Workers coalesce stream deltas for this long (the first token goes at once)",
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod

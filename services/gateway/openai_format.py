@@ -220,24 +220,26 @@ def chunk(
 
 
 class StreamDeduper:
-    """Forwards each choice's tokens once, across a redelivered (regenerated) attempt."""
+    """Forwards each choice's text once, across a redelivered (regenerated) attempt.
+
+    Deltas carry the character offset of their text, so an overlap is cut exactly; a gap (a
+    delta read out of order) is left for `remainder` to fill from the final response.
+    """
 
     def __init__(self, n: int) -> None:
-        self.sent_tokens = [0] * n
         self.sent_text = [""] * n
 
     def new_text(self, delta: StreamDelta) -> list[tuple[int, str]]:
         out = []
         for c in delta.choices:
-            if c.index >= len(self.sent_tokens):
+            if c.index >= len(self.sent_text) or not c.text:
                 continue
-            end = c.token_offset + len(c.token_ids)
-            if end <= self.sent_tokens[c.index] or c.token_offset > self.sent_tokens[c.index]:
-                continue  # already sent, or a gap (filled from the final response)
-            self.sent_tokens[c.index] = end
-            if c.text:
-                self.sent_text[c.index] += c.text
-                out.append((c.index, c.text))
+            sent = len(self.sent_text[c.index])
+            if c.text_offset > sent or c.text_offset + len(c.text) <= sent:
+                continue
+            new = c.text[sent - c.text_offset :]
+            self.sent_text[c.index] += new
+            out.append((c.index, new))
         return out
 
     def remainder(self, index: int, full_text: str) -> str:

@@ -16,7 +16,13 @@ from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
 
 from .engine import Engine
-from .generation import Accumulator, deadline_error, deadline_passed, prompt_token_ids, sampling_kwargs
+from .generation import (
+    Accumulator,
+    deadline_error,
+    deadline_passed,
+    prompt_token_ids,
+    sampling_kwargs,
+)
 
 log = get_logger(__name__)
 

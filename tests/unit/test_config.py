@@ -79,5 +79,7 @@ def test_every_setting_is_documented_in_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     missing = [v for v in known_env_vars() if f"`{v}`" not in readme]
     assert not missing, f"README lacks {missing}: run `python -m shared.config --readme`"
-    assert markdown_table() in readme, "README settings table is stale: run `python -m shared.config --readme`"
+    assert markdown_table() in readme, (
+        "README settings table is stale: run `python -m shared.config --readme`"
+    )
     assert len(known_env_vars()) == len(Settings.model_fields)

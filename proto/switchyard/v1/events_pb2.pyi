@@ -79,18 +79,20 @@ class Heartbeat(_message.Message):
     def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ...) -> None: ...
 
 class ChoiceDelta(_message.Message):
-    __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason")
+    __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason", "text_offset")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     token_offset: int
     finish_reason: str
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., token_offset: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    text_offset: int
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., token_offset: _Optional[int] = ..., finish_reason: _Optional[str] = ..., text_offset: _Optional[int] = ...) -> None: ...
 
 class StreamDelta(_message.Message):
     __slots__ = ("request_id", "tenant", "choices", "worker", "sent_unix_ns", "first")
