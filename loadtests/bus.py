@@ -18,15 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
 from switchyard.v1.envelope_pb2 import ChatMessage, Request
 
 from shared.bus import OutRecord, Producer, StageConsumer, sent_ns
-from shared.config import Settings, load_settings
+from shared.config import load_settings
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.procs import free_port, stop_process
 from shared.envelope import Envelope, Kind, encode
-from shared.topics import ensure_topics
+from shared.kafka_admin import create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,15 +45,6 @@ def envelope(i: int, pad: int = 800) -> Envelope:
     )
 
 
-async def _create_topics(settings: Settings) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await ensure_topics(admin, settings)
-    finally:
-        await admin.close()
-
-
 async def hop_latency(bootstrap: str, fetch_wait_ms: int, rate: int, n: int) -> dict[str, float]:
     prefix = f"lat{fetch_wait_ms}."
     s = load_settings(
@@ -64,7 +54,7 @@ async def hop_latency(bootstrap: str, fetch_wait_ms: int, rate: int, n: int) -> 
         kafka_session_timeout_ms=2000,
         kafka_heartbeat_interval_ms=500,
     )
-    await _create_topics(s)
+    await create_topics(s)
     lat: list[float] = []
     done = asyncio.Event()
 
@@ -114,7 +104,7 @@ async def hop_latency(bootstrap: str, fetch_wait_ms: int, rate: int, n: int) -> 
 async def stage_throughput(bootstrap: str, n: int, max_in_flight: int, var_dir: Path) -> dict[str, float]:
     prefix = f"thr{max_in_flight}."
     s = load_settings(kafka_bootstrap=bootstrap, topic_prefix=prefix)
-    await _create_topics(s)
+    await create_topics(s)
     producer = Producer(s)
     await producer.start()
     batch = [OutRecord(s.topic("routing"), encode(envelope(i)), key=f"b-{i}".encode()) for i in range(n)]

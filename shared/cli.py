@@ -8,15 +8,8 @@ import json
 import sys
 from collections import defaultdict
 
-from shared.config import ConfigError, Settings, load_settings
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        raise SystemExit(2) from None
+from shared.config import Settings
+from shared.service import settings_or_exit as _settings
 
 
 def _with_running_broker(settings: Settings) -> Settings:

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.config import load_settings
 from shared.embedded.kafka import EmbeddedKafka
-from shared.topics import ensure_topics
+from shared.kafka_admin import create_topics
 
 _prefix_counter = itertools.count()
 
@@ -34,17 +33,7 @@ def topics(broker: EmbeddedKafka, prefix: str, monkeypatch: pytest.MonkeyPatch) 
     """Create this test's topics on the broker; returns the prefix."""
     monkeypatch.setenv("SY_KAFKA_BOOTSTRAP", broker.bootstrap)
     monkeypatch.setenv("SY_TOPIC_PREFIX", prefix)
-    settings = load_settings()
-
-    async def create() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        await admin.start()
-        try:
-            await ensure_topics(admin, settings)
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
+    asyncio.run(create_topics(load_settings()))
     return prefix
 
 

@@ -15,12 +15,15 @@ import pytest
 from shared.embedded.procs import free_port
 from tests.helpers.kafka import ROOT
 
-MODELS_DIR = ROOT / "var" / "models"
+# TEST_MODELS_DIR: use an existing models folder (holding sy-tiny/) instead of building one.
+MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or ROOT / "var" / "models")
 
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     """The project's own small model, built once and cached under var/models (as `make run` does)."""
+    if os.environ.get("TEST_MODELS_DIR"):
+        return MODELS_DIR / "sy-tiny"
     from shared.models.build import build_model
 
     return build_model("sy-tiny", MODELS_DIR, progress=False)
@@ -37,6 +40,13 @@ class Pipeline:
             SY_DRAIN_TIMEOUT_S="5",
             PYTHONUNBUFFERED="1",
             SY_API_KEYS=json.dumps({"sk-a": "tenant-a", "sk-b": "tenant-b"}),
+            # a second pool that no worker serves: requests for its model can only time out
+            SY_POOLS=json.dumps(
+                [
+                    {"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8},
+                    {"name": "ghost", "engine": "vllm", "models": ["ghost-model"]},
+                ]
+            ),
         )
         env.update(extra_env)
         self.env = env
