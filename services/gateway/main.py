@@ -82,6 +82,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                             store.finish(env.request_id, env.tenant, status, result)
                 if time.monotonic() - last_save > 1.0:
                     last_save = time.monotonic()
+                    if int(last_save) % 60 == 0:
+                        store.expire(settings.gateway_results_ttl_s)
                     store.save_offsets(
                         {
                             (tp.topic, tp.partition): await consumer.position(tp)
