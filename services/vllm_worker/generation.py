@@ -130,9 +130,11 @@ class Accumulator:
                         token_ids=ids,
                         token_offset=len(st.token_ids),
                         finish_reason=o.finish_reason or "",
+                        text_offset=st.chars,
                     )
                 )
             st.text.append(o.text or "")
+            st.chars += len(o.text or "")
             st.token_ids.extend(ids)
             if o.logprobs:
                 for tok, lp in zip(ids, o.logprobs, strict=False):

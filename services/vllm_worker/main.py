@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from switchyard.v1.events_pb2 import Heartbeat
+from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
 from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer
 from shared.config import Settings
@@ -18,6 +18,7 @@ from shared.telemetry import get_logger
 from .engine import Engine
 from .generation import (
     Accumulator,
+    DeltaBatcher,
     deadline_error,
     deadline_passed,
     prompt_token_ids,
@@ -49,23 +50,27 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             return [Emit(responses, set_error(env, exc.code, exc.reason, "vllm_worker", exc.http_status))]
         params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA)
         acc = Accumulator(kw["n"], worker)
+        batcher = DeltaBatcher(settings.stream_flush_ms)
         acks: list[asyncio.Future[object]] = []
+
+        async def send(delta: StreamDelta | None) -> None:
+            if delta is not None:
+                record = OutRecord(
+                    stream_topic,
+                    delta.SerializeToString(),
+                    key=env.request_id.encode(),
+                    headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
+                )
+                acks.append(await producer.send_soon(record))
+
         in_flight += 1
         try:
             # Unique per attempt: a redelivered request may reach this engine while the old one runs.
             async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}"):
                 delta = acc.add(out, env.request_id, env.tenant)
                 if delta is not None and env.request.sampling.stream:
-                    acks.append(
-                        await producer.send_soon(
-                            OutRecord(
-                                stream_topic,
-                                delta.SerializeToString(),
-                                key=env.request_id.encode(),
-                                headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
-                            )
-                        )
-                    )
+                    await send(batcher.add(delta))
+            await send(batcher.flush())
         finally:
             in_flight -= 1
         await asyncio.gather(*acks)  # deltas are acknowledged before the final response goes out

@@ -96,16 +96,17 @@ DEFAULT_TOKENIZER: dict[str, Any] = {
 }
 
 DEFAULT_TRAIN: dict[str, Any] = {
-    "tasks": list(tasks.TASKS),
-    "batch_size": 64,
-    "lr": 2e-3,
+    # Task -> share of the training examples; every task listed is also evaluated.
+    "tasks": {t: 1.0 for t in tasks.TASKS},
+    # Each step trains on `rows` packed rows of `row_tokens` tokens (several examples per row).
+    "rows": 48,
+    "row_tokens": 64,
+    "lr": 1e-3,
     "min_lr_ratio": 0.05,
     "warmup_steps": 30,
     "weight_decay": 0.05,
     "betas": [0.9, 0.98],
     "grad_clip": 1.0,
-    # Examples drawn per refill, sorted by length into batches: less padding, same data.
-    "bucket_batches": 8,
     # bf16 matmuls under autocast where the CPU has native bf16 (weights and optimizer stay fp32).
     "bf16_autocast": True,
 }
@@ -129,11 +130,20 @@ def make_recipe(
     """Everything that decides the files of a build; its hash names the cache entry."""
     if not minutes and not max_steps:
         raise ValueError("give minutes or max_steps (or both): the training needs a budget")
+    train_cfg = _merged(DEFAULT_TRAIN, train, "train")
+    weights = train_cfg["tasks"]
+    if (
+        not weights
+        or set(weights) - set(tasks.TASKS)
+        or min(weights.values()) < 0
+        or not sum(weights.values())
+    ):
+        raise ValueError(f"train tasks must map some of {tasks.TASKS} to weights >= 0, got {weights}")
     return {
         "format": FORMAT_VERSION,
         "arch": _merged(DEFAULT_ARCH, arch, "arch"),
         "tokenizer": dict(DEFAULT_TOKENIZER),
-        "train": {**_merged(DEFAULT_TRAIN, train, "train"), "minutes": minutes, "max_steps": max_steps},
+        "train": {**train_cfg, "minutes": minutes, "max_steps": max_steps},
         "eval_per_task": eval_per_task,
         "seed": seed,
     }
@@ -219,29 +229,57 @@ def _messages(example: tasks.Example) -> list[dict[str, str]]:
     return [{"role": "user", "content": example.prompt}, {"role": "assistant", "content": example.answer}]
 
 
-def _batch(tok: Tokenizer, examples: Sequence[tasks.Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ids with labels only on the assistant turn (answer + eos)."""
-    prompts = tok.encode_batch([render(_messages(e)[:1], add_generation_prompt=True) for e in examples])
-    fulls = tok.encode_batch([render(_messages(e)) for e in examples])
-    width = max(len(f.ids) for f in fulls)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, (p, f) in enumerate(zip(prompts, fulls, strict=True)):
-        n, start = len(f.ids), len(p.ids)
-        if f.ids[:start] != p.ids:
-            raise BuildError(f"prompt is not a token prefix of the full turn: {examples[i]}")
-        ids[i, :n] = torch.tensor(f.ids)
-        mask[i, :n] = 1
-        labels[i, start:n] = ids[i, start:n]
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+def _encode(tok: Tokenizer, example: tasks.Example) -> tuple[list[int], int]:
+    """Token ids of the rendered exchange, and how many of them are prompt (not trained on)."""
+    prompt = tok.encode(render(_messages(example)[:1], add_generation_prompt=True)).ids
+    full = tok.encode(render(_messages(example))).ids
+    if full[: len(prompt)] != prompt:
+        raise BuildError(f"prompt is not a token prefix of the full exchange: {example}")
+    return full, len(prompt)
 
 
-def _stream(task_names: Sequence[str], seed: int, exclude: set[str]) -> Iterator[tasks.Example]:
-    """Endless training examples, uniform over tasks, never a held-out evaluation prompt."""
-    rng = random.Random(seed)
+def _packed_batches(
+    tok: Tokenizer, stream: Iterator[tasks.Example], rows: int, width: int
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Rows of `width` tokens, each holding several whole examples back to back.
+
+    Position ids restart at every example; with no 2D attention mask transformers turns that
+    into a block-diagonal causal mask, so examples never see each other. Packing instead of
+    padding every example to the longest roughly doubles the examples per second. Labels cover
+    only the assistant turn (answer + eos).
+    """
+    pad_id = tok.token_to_id(PAD)
+    pending: tuple[list[int], int] | None = None
     while True:
-        example = tasks.sample(rng.choice(task_names), rng)
+        ids = torch.full((rows, width), pad_id, dtype=torch.long)
+        labels = torch.full((rows, width), -100, dtype=torch.long)
+        positions = torch.zeros((rows, width), dtype=torch.long)
+        for r in range(rows):
+            used = 0
+            while True:
+                item = pending or _encode(tok, next(stream))
+                pending = None
+                full, n_prompt = item
+                if len(full) > width:
+                    raise BuildError(f"an example of {len(full)} tokens does not fit rows of {width}")
+                if used + len(full) > width:
+                    pending = item  # starts the next row, so long examples are not dropped
+                    break
+                end = used + len(full)
+                ids[r, used:end] = torch.tensor(full)
+                labels[r, used + n_prompt : end] = ids[r, used + n_prompt : end]
+                positions[r, used:end] = torch.arange(len(full))
+                used = end
+            positions[r, used:] = torch.arange(width - used)  # the padding is a segment of its own
+        yield {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
+def _stream(weights: dict[str, float], seed: int, exclude: set[str]) -> Iterator[tasks.Example]:
+    """Endless training examples, tasks drawn by weight, never a held-out evaluation prompt."""
+    rng = random.Random(seed)
+    names, shares = list(weights), list(weights.values())
+    while True:
+        example = tasks.sample(rng.choices(names, shares)[0], rng)
         if example.prompt not in exclude:
             yield example
 
@@ -273,25 +311,6 @@ def _lr_factor(step: int, progress: float, warmup: int, floor: float) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _batches(
-    tok: Tokenizer,
-    stream: Iterator[tasks.Example],
-    batch_size: int,
-    bucket: int,
-    pad_id: int,
-    rng: random.Random,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Batches of similar length: `bucket` batches' worth of examples, sorted, cut, shuffled."""
-    while True:
-        pool = [next(stream) for _ in range(batch_size * bucket)]
-        lengths = [len(e.prompt) + len(e.answer) for e in pool]
-        order = sorted(range(len(pool)), key=lengths.__getitem__)
-        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        rng.shuffle(chunks)
-        for chunk in chunks:
-            yield _batch(tok, [pool[i] for i in chunk], pad_id)
-
-
 def bf16_supported() -> bool:
     probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     return bool(probe and probe())
@@ -318,9 +337,7 @@ def train(
         betas=tuple(cfg["betas"]),
     )
     stream = _stream(cfg["tasks"], seed, exclude)
-    batches = _batches(
-        tok, stream, cfg["batch_size"], cfg["bucket_batches"], tok.token_to_id(PAD), random.Random(seed + 1)
-    )
+    batches = _packed_batches(tok, stream, cfg["rows"], cfg["row_tokens"])
     model.train()
     bar = tqdm(total=cfg["max_steps"], desc="train", unit="step", disable=not progress, dynamic_ncols=True)
     step, ema, loss_value = 0, None, math.nan
@@ -334,7 +351,7 @@ def train(
         for group in opt.param_groups:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(**next(batches)).loss
+            loss = model(**next(batches), use_cache=False).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
@@ -425,6 +442,7 @@ def build_model(
             log.info("model_cached", name=name, path=str(target), recipe_hash=digest)
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=models_dir))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the model is meant to be read by other processes
         try:
             _build_into(tmp, name, recipe, digest, progress)
             _replace(tmp, target)
@@ -467,9 +485,8 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
 
     config = _model_config(recipe["arch"], tok.get_vocab_size(), tok)
     model = LlamaForCausalLM(config)
-    held_out = tasks.dataset(
-        recipe["eval_per_task"] * len(recipe["train"]["tasks"]), seed + 1, recipe["train"]["tasks"]
-    )
+    trained = [t for t, w in recipe["train"]["tasks"].items() if w > 0]
+    held_out = tasks.dataset(recipe["eval_per_task"] * len(trained), seed + 1, trained)
     stats = train(model, tok, recipe["train"], seed, {e.prompt for e in held_out}, progress)
     accuracy = evaluate(model, hf_tok, held_out) if held_out else {}
     log.info("model_evaluated", name=name, accuracy=accuracy)

@@ -94,7 +94,7 @@ def _wait_for(pred, timeout_s: float = 60, what: str = "") -> None:
 
 
 async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) -> None:
-    up = Up(tmp_path)
+    up = Up(tmp_path, "--services", "preprocess,cache,router")
     try:
         info = up.wait_up()
         out = up.output()
@@ -152,7 +152,7 @@ async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) ->
 
 
 def test_children_die_with_a_sigkilled_launcher(tmp_path: Path) -> None:
-    up = Up(tmp_path)
+    up = Up(tmp_path, "--services", "preprocess,cache,router")
     try:
         up.wait_up()
         pids = [p.pid for p in up.tree()]
