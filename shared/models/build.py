@@ -498,6 +498,8 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
     if not (out / "model.safetensors").is_file():
         raise BuildError(f"save_pretrained wrote no model.safetensors in {out}")
 
+    for p in out.iterdir():
+        p.chmod(0o644)  # safetensors writes owner-only files; serving processes may run as others
     files = {
         p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(out.iterdir())

@@ -62,6 +62,8 @@ def test_files_and_manifest(built: Path) -> None:
     assert set(manifest["files"]) == FILES - {"build.json"}
     for name, meta in manifest["files"].items():
         assert (built / name).stat().st_size == meta["bytes"]
+    # Readable by serving processes running as another user.
+    assert all(p.stat().st_mode & 0o444 == 0o444 for p in [built, *built.iterdir()])
     assert build.is_complete(built, manifest["recipe_hash"])
     assert not build.is_complete(built, "0" * 16)
 
