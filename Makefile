@@ -26,7 +26,9 @@ run: $(STAMP)
 	$(BIN)/switchyard models build
 	$(BIN)/switchyard up
 
+# The e2e tests serve the local model: build it first (cached; ~4 min the first time).
 test: $(STAMP)
+	$(BIN)/switchyard models build
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(STAMP)

@@ -16,7 +16,8 @@ import pytest
 from shared.models import tasks
 from tests.helpers.kafka import ROOT
 
-pytestmark = pytest.mark.slow
+# Module fixtures start the whole pipeline (and build the model when it is not cached yet).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MSG = [{"role": "user", "content": "What is 12+30?"}]
 
