@@ -310,7 +310,11 @@ def create_app(backend: Backend) -> FastAPI:
         rid, new = backend.store.accept(new_request_id(), tenant, body.endpoint, key)
         if new:
             env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=0)
-            await backend.submit(env)
+            try:
+                await backend.submit(env)
+            except Exception:
+                backend.store.forget(rid)
+                raise
         current = backend.store.get(rid, tenant) or {}
         return JSONResponse(current, status_code=202 if current.get("status") == "queued" else 200)
 

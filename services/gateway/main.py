@@ -60,7 +60,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 else:
                     await consumer.seek_to_end(tp)
             reader_ready.set()
-            last_save = time.monotonic()
+            last_save = last_expire = time.monotonic()
             while not stop.is_set():
                 batch = await consumer.getmany(timeout_ms=100)
                 for tp, records in batch.items():
@@ -82,7 +82,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                             store.finish(env.request_id, env.tenant, status, result)
                 if time.monotonic() - last_save > 1.0:
                     last_save = time.monotonic()
-                    if int(last_save) % 60 == 0:
+                    if last_save - last_expire > 60:
+                        last_expire = last_save
                         store.expire(settings.gateway_results_ttl_s)
                     store.save_offsets(
                         {

@@ -100,6 +100,11 @@ class ResultStore:
             )
             return request_id, True
 
+    def forget(self, request_id: str) -> None:
+        """Drop a request that never reached the topic, so a retry with its key submits it again."""
+        with self._lock:
+            self._db.execute("DELETE FROM requests WHERE request_id=? AND status='queued'", (request_id,))
+
     def is_pending(self, request_id: str) -> bool:
         with self._lock:
             row = self._db.execute("SELECT status FROM requests WHERE request_id=?", (request_id,)).fetchone()
