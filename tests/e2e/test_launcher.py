@@ -106,7 +106,7 @@ async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) ->
             bootstrap, "sy.requests", [_request("e2e-1")], headers=[("content-type", b"application/json")]
         )
         recs = await collect(bootstrap, "sy.infer.vllm", 1, timeout_s=30)
-        assert [decode(r.value).request_id for r in recs] == ["e2e-1"]
+        assert [decode(r.value).request_id for r in recs] == ["e2e-1"], up.output()
 
         topics = subprocess.run(
             [sys.executable, "-m", "shared.cli", "topics", "--json"],
@@ -140,10 +140,10 @@ async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) ->
         assert "e2e-2" in [decode(r.value).request_id for r in recs], up.output()
 
         pids = [p.pid for p in up.tree()]
-        assert len(pids) >= 4  # broker + three stages
+        assert len(pids) >= 4, up.output()  # broker + three stages
         up.proc.send_signal(signal.SIGTERM)
         assert up.proc.wait(timeout=60) == 0, up.output()
-        assert _gone(pids) == [], "orphans left behind"
+        assert _gone(pids) == [], f"orphans left behind: {up.output()}"
         assert "stopped" in up.output()
         assert not up.endpoints.exists()
     finally:
