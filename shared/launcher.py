@@ -212,7 +212,8 @@ class Launcher:
             if self.kafka is not None and not self.kafka.alive():
                 self.say("kafka: embedded broker exited; restarting it and re-creating topics")
                 self.kafka.start()
-                await self._ensure_topics()
+                created = await self._ensure_topics()
+                self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode

@@ -132,7 +132,7 @@ async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) ->
         # The embedded broker is restarted on the same port and its topics re-created.
         broker = next(p for p in up.tree() if "tansu" in p.name() or "tansu" in " ".join(p.cmdline()))
         broker.kill()
-        _wait_for(lambda: "re-creating topics" in up.output(), what="broker not restarted")
+        _wait_for(lambda: "topics re-created" in up.output(), what="broker not restarted")
         await produce(
             bootstrap, "sy.requests", [_request("e2e-2")], headers=[("content-type", b"application/json")]
         )
