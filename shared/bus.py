@@ -157,9 +157,6 @@ class OffsetTracker:
         if pending is not None:
             pending.discard(offset)
 
-    def in_flight(self, tp: TopicPartition) -> int:
-        return len(self._pending.get(tp, ()))
-
     def committable(self) -> dict[TopicPartition, int]:
         """Offsets to commit now: below the lowest pending one, and only where they moved."""
         out = {}

@@ -239,9 +239,6 @@ class Settings(BaseSettings):
     def model_path(self) -> str:
         return self.vllm_model_path or str(self.model_dir / self.vllm_model)
 
-    def tenant_for(self, api_key: str) -> str | None:
-        return self.api_keys.get(api_key)
-
     def pool(self, name: str) -> PoolConfig:
         for p in self.pools:
             if p.name == name:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from enum import StrEnum
 
@@ -175,7 +174,3 @@ def set_error(env: Envelope, code: str, message: str, stage: str, http_status: i
     """Mark the envelope failed (in place) so a waiting requester gets the reason."""
     env.error.CopyFrom(Error(code=code, message=message, stage=stage, http_status=http_status))
     return env
-
-
-def now_ns() -> int:
-    return time.time_ns()
