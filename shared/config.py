@@ -168,6 +168,38 @@ class Settings(BaseSettings):
         default=24 * 3600, gt=0, description="How long async results are kept"
     )
 
+    # --- Object storage and adapter registry --------------------------------------------
+    s3_endpoint: str | None = Field(
+        default=None,
+        description="S3/MinIO endpoint host:port; unset = local directory <var_dir>/objects",
+    )
+    s3_access_key: str | None = Field(default=None, description="S3 access key")
+    s3_secret_key: SecretStr | None = Field(default=None, description="S3 secret key (never logged)")
+    s3_bucket: str = Field(
+        default="switchyard", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="S3 bucket"
+    )
+    s3_secure: bool = Field(default=False, description="Use HTTPS for S3")
+    s3_region: str | None = Field(default=None, description="S3 region")
+    storage_dir: Path | None = Field(
+        default=None, description="Local object store root (default: <var_dir>/objects)"
+    )
+    registry_url: str = Field(
+        default="http://127.0.0.1:8001", description="Adapter registry base URL (services call it)"
+    )
+    internal_token: SecretStr = Field(
+        default=SecretStr("sy-internal-local"),
+        description="Token services use to call the registry on a tenant's behalf (set it in production)",
+    )
+    adapter_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1024, description="Largest adapter_model.safetensors accepted"
+    )
+    adapter_cache_dir: Path | None = Field(
+        default=None, description="Workers' adapter disk cache (default: <var_dir>/adapter-cache)"
+    )
+    adapter_cache_bytes: int = Field(
+        default=2 * 1024**3, ge=1024, description="Size bound of a worker's adapter disk cache (LRU)"
+    )
+
     # --- vLLM worker ---------------------------------------------------------------------
     vllm_pool: str = Field(default="vllm", description="Pool this vLLM worker serves (topic infer.<pool>)")
     vllm_model: str = Field(default="sy-tiny", description="Model name this worker serves")
@@ -188,6 +220,13 @@ class Settings(BaseSettings):
         default=0.85, gt=0, le=1, description="GPU share for weights + KV"
     )
     vllm_enforce_eager: bool = Field(default=True, description="Skip graph compilation (faster start)")
+    vllm_enable_lora: bool = Field(
+        default=True, description="Serve LoRA adapters (rank bound: the pool's max_lora_rank)"
+    )
+    vllm_max_loras: int = Field(default=4, ge=1, description="Adapters in one engine batch (GPU slots)")
+    vllm_max_cpu_loras: int = Field(
+        default=16, ge=1, description="Adapters the engine keeps loaded in host memory"
+    )
     heartbeat_interval_s: float = Field(default=2.0, gt=0, description="How often workers publish heartbeats")
     stream_flush_ms: float = Field(
         default=15.0,
@@ -235,6 +274,14 @@ class Settings(BaseSettings):
 
     def health_port_for(self, service: str) -> int:
         return self.health_port if self.health_port is not None else DEFAULT_PORTS.get(service, 0)
+
+    @property
+    def object_dir(self) -> Path:
+        return self.storage_dir or self.var_dir / "objects"
+
+    @property
+    def adapter_cache_path(self) -> Path:
+        return self.adapter_cache_dir or self.var_dir / "adapter-cache"
 
     def model_path(self) -> str:
         return self.vllm_model_path or str(self.model_dir / self.vllm_model)

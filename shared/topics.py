@@ -47,7 +47,7 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(
         "adapters",
         "adapter name",
-        "switchyard.v1.Envelope",
+        "switchyard.v1.AdapterEvent",
         "Adapter published/aliased/deleted events",
         1,
         True,

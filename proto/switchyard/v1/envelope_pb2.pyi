@@ -247,7 +247,7 @@ class Response(_message.Message):
     def __init__(self, choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., pool: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("request_id", "tenant", "kind", "model", "adapter", "request", "media", "priority", "deadline_unix_ms", "reply_to", "batch_id", "rollout", "policy_version", "timings", "cache", "error", "tokens", "response", "pool", "created_unix_ns", "metadata")
+    __slots__ = ("request_id", "tenant", "kind", "model", "adapter", "request", "media", "priority", "deadline_unix_ms", "reply_to", "batch_id", "rollout", "policy_version", "timings", "cache", "error", "tokens", "response", "pool", "created_unix_ns", "metadata", "adapter_ref")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +276,7 @@ class Envelope(_message.Message):
     POOL_FIELD_NUMBER: _ClassVar[int]
     CREATED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_REF_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     kind: Kind
@@ -297,4 +298,25 @@ class Envelope(_message.Message):
     pool: str
     created_unix_ns: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., kind: _Optional[_Union[Kind, str]] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., media: _Optional[_Iterable[_Union[MediaRef, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ..., deadline_unix_ms: _Optional[int] = ..., reply_to: _Optional[str] = ..., batch_id: _Optional[str] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ..., policy_version: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[Timing, _Mapping]]] = ..., cache: _Optional[_Union[CacheInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., pool: _Optional[str] = ..., created_unix_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    adapter_ref: AdapterRef
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., kind: _Optional[_Union[Kind, str]] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., media: _Optional[_Iterable[_Union[MediaRef, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ..., deadline_unix_ms: _Optional[int] = ..., reply_to: _Optional[str] = ..., batch_id: _Optional[str] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ..., policy_version: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[Timing, _Mapping]]] = ..., cache: _Optional[_Union[CacheInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., pool: _Optional[str] = ..., created_unix_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., adapter_ref: _Optional[_Union[AdapterRef, _Mapping]] = ...) -> None: ...
+
+class AdapterRef(_message.Message):
+    __slots__ = ("name", "version", "sha256", "owner", "rank", "base_model", "requested", "size_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    sha256: str
+    owner: str
+    rank: int
+    base_model: str
+    requested: str
+    size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., sha256: _Optional[str] = ..., owner: _Optional[str] = ..., rank: _Optional[int] = ..., base_model: _Optional[str] = ..., requested: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...

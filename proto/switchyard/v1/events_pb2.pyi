@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -109,3 +110,68 @@ class StreamDelta(_message.Message):
     sent_unix_ns: int
     first: bool
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., choices: _Optional[_Iterable[_Union[ChoiceDelta, _Mapping]]] = ..., worker: _Optional[str] = ..., sent_unix_ns: _Optional[int] = ..., first: bool = ...) -> None: ...
+
+class AdapterVersion(_message.Message):
+    __slots__ = ("version", "sha256", "size_bytes", "config_sha256", "rank", "alpha", "target_modules", "base_model", "created_unix_ns")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_SHA256_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_FIELD_NUMBER: _ClassVar[int]
+    TARGET_MODULES_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    sha256: str
+    size_bytes: int
+    config_sha256: str
+    rank: int
+    alpha: float
+    target_modules: _containers.RepeatedScalarFieldContainer[str]
+    base_model: str
+    created_unix_ns: int
+    def __init__(self, version: _Optional[int] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., config_sha256: _Optional[str] = ..., rank: _Optional[int] = ..., alpha: _Optional[float] = ..., target_modules: _Optional[_Iterable[str]] = ..., base_model: _Optional[str] = ..., created_unix_ns: _Optional[int] = ...) -> None: ...
+
+class AdapterEvent(_message.Message):
+    __slots__ = ("type", "name", "owner", "visibility", "version", "alias", "previous_version", "versions", "aliases", "sent_unix_ns")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TYPE_UNSPECIFIED: _ClassVar[AdapterEvent.Type]
+        TYPE_PUBLISHED: _ClassVar[AdapterEvent.Type]
+        TYPE_ALIAS_MOVED: _ClassVar[AdapterEvent.Type]
+        TYPE_VERSION_DELETED: _ClassVar[AdapterEvent.Type]
+        TYPE_DELETED: _ClassVar[AdapterEvent.Type]
+    TYPE_UNSPECIFIED: AdapterEvent.Type
+    TYPE_PUBLISHED: AdapterEvent.Type
+    TYPE_ALIAS_MOVED: AdapterEvent.Type
+    TYPE_VERSION_DELETED: AdapterEvent.Type
+    TYPE_DELETED: AdapterEvent.Type
+    class AliasesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    SENT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    type: AdapterEvent.Type
+    name: str
+    owner: str
+    visibility: str
+    version: int
+    alias: str
+    previous_version: int
+    versions: _containers.RepeatedCompositeFieldContainer[AdapterVersion]
+    aliases: _containers.ScalarMap[str, int]
+    sent_unix_ns: int
+    def __init__(self, type: _Optional[_Union[AdapterEvent.Type, str]] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., visibility: _Optional[str] = ..., version: _Optional[int] = ..., alias: _Optional[str] = ..., previous_version: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[AdapterVersion, _Mapping]]] = ..., aliases: _Optional[_Mapping[str, int]] = ..., sent_unix_ns: _Optional[int] = ...) -> None: ...
