@@ -459,3 +459,54 @@ class StageConsumer:
             nxt = self._tracker.next_offset(tp)
             if hw is not None and nxt is not None:
                 CONSUMER_LAG.labels(self.stage, tp.topic, str(tp.partition)).set(max(0, hw - nxt))
+
+
+async def follow(
+    settings: Settings,
+    topic: str,
+    on_record: Callable[[ConsumerRecord], Awaitable[None] | None],
+    stop: asyncio.Event,
+    *,
+    from_beginning: bool = True,
+    client_id: str = "follower",
+) -> None:
+    """Read every partition of a state topic (heartbeats, adapter events) without a group.
+
+    Every process that needs the state reads all of it; nothing is committed. A handler
+    error is logged and the record skipped: state topics are advisory, never poison.
+    """
+    consumer = AIOKafkaConsumer(
+        **client_kwargs(settings),  # type: ignore[arg-type]
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=max(settings.kafka_fetch_max_wait_ms, 50),
+        max_partition_fetch_bytes=settings.kafka_max_request_bytes,
+        client_id=f"{client_id}-{settings.instance_id}",
+    )
+    await consumer.start()
+    try:
+        parts: set[int] = set()
+        while not parts and not stop.is_set():
+            await consumer.topics()
+            parts = consumer.partitions_for_topic(topic) or set()
+            if not parts:
+                await asyncio.sleep(0.5)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        for tp in tps:
+            if from_beginning:
+                await consumer.seek_to_beginning(tp)
+            else:
+                await consumer.seek_to_end(tp)
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for rec in records:
+                    try:
+                        result = on_record(rec)
+                        if asyncio.iscoroutine(result):
+                            await result
+                    except Exception as exc:  # noqa: BLE001 - see docstring
+                        log.warning("state record skipped", topic=topic, offset=rec.offset, error=str(exc))
+    finally:
+        await consumer.stop()

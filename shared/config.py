@@ -153,6 +153,11 @@ class Settings(BaseSettings):
         description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
     )
 
+    router_adapter_affinity: bool = Field(
+        default=True,
+        description="Key sy.infer.* by model:adapter and prefer workers holding the adapter (off: spread by request)",
+    )
+
     # --- Gateway -----------------------------------------------------------------------
     api_keys: dict[str, str] = Field(
         default_factory=lambda: {"sk-switchyard-local": "local"},

@@ -37,6 +37,7 @@ class Emit:
     topic: str
     envelope: Envelope
     key: str | None = None
+    partition: int | None = None  # explicit partition (adapter affinity); None = hash the key
 
 
 EnvelopeHandler = Callable[[Envelope], Awaitable[list[Emit]]]
@@ -47,7 +48,13 @@ def out_record(emit: Emit) -> OutRecord:
     headers = [(CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode())]
     inject_headers(headers)
     key = emit.key if emit.key is not None else emit.envelope.request_id
-    return OutRecord(topic=emit.topic, value=encode(emit.envelope), key=key.encode(), headers=headers)
+    return OutRecord(
+        topic=emit.topic,
+        value=encode(emit.envelope),
+        key=key.encode(),
+        headers=headers,
+        partition=emit.partition,
+    )
 
 
 def envelope_handler(stage: str, handle: EnvelopeHandler, *, validate_input: bool = True) -> Handler:

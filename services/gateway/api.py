@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
 from shared.telemetry import ERRORS, STAGE_SECONDS, add_timing, get_logger
@@ -60,6 +61,10 @@ class Backend:
     replies: ReplyRouter
     store: ResultStore
     ready: Callable[[], bool]
+    # resolve(tenant, ref) -> manifest dict/model or None; list_adapters(tenant) -> adapter dicts.
+    # None: no registry (adapters unknown; only base models are served).
+    resolve_adapter: Callable[[str, str], Awaitable[Any]] | None = None
+    list_adapters: Callable[[str], Awaitable[list[Any]]] | None = None
 
     @property
     def models(self) -> list[str]:
@@ -131,9 +136,33 @@ def create_app(backend: Backend) -> FastAPI:
                 return tenant
         raise ApiError(401, "invalid API key", "invalid_api_key")
 
-    def check_model(model: str) -> None:
-        if model not in backend.models:
-            raise ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+    async def check_model(model: str, tenant: str, env: Envelope | None = None) -> None:
+        """A base model, or an adapter the tenant may use (pinned onto `env`); else 404.
+
+        Another tenant's private adapter is 404 too: the answer never confirms it exists.
+        """
+        if model in backend.models:
+            return
+        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+        if backend.resolve_adapter is None:
+            raise missing
+        try:
+            parse_ref(model)
+        except ValueError:
+            raise missing from None
+        try:
+            manifest = await backend.resolve_adapter(tenant, model)
+        except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
+            log.warning("registry unavailable", error=str(exc))
+            raise ApiError(
+                503, "the adapter registry is unavailable; retry", "registry_unavailable"
+            ) from None
+        if manifest is None:
+            raise missing
+        if env is not None:
+            pinned = ref_from_manifest(manifest, model)
+            env.model, env.adapter = pinned.base_model, model
+            env.adapter_ref.CopyFrom(pinned)
 
     def check_ready() -> None:
         if not backend.ready():
@@ -142,11 +171,11 @@ def create_app(backend: Backend) -> FastAPI:
     async def run(req: ChatCompletionRequest | CompletionRequest, tenant: str) -> Any:
         t0 = time.time_ns()
         check_ready()
-        check_model(req.model)
         rid = new_request_id()
         created = int(time.time())
         deadline_s = time.time() + s.gateway_timeout_s
         env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=int(deadline_s * 1000))
+        await check_model(req.model, tenant, env)
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
@@ -279,12 +308,30 @@ def create_app(backend: Backend) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in backend.models
-            ],
-        }
+        """Base models, then the adapters this tenant may use (with `parent`, as vLLM lists LoRAs)."""
+        data: list[dict[str, Any]] = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "switchyard", "root": m, "parent": None}
+            for m in backend.models
+        ]
+        if backend.list_adapters is not None:
+            try:
+                adapters = await backend.list_adapters(tenant)
+            except Exception as exc:  # noqa: BLE001 - base models are still worth listing
+                log.warning("registry unavailable; listing base models only", error=str(exc))
+                adapters = []
+            for a in adapters:  # shared.registry_client.Adapter
+                latest = a.versions[-1] if a.versions else None
+                data.append(
+                    {
+                        "id": a.name,
+                        "object": "model",
+                        "created": latest.created_unix_ns // 1_000_000_000 if latest else 0,
+                        "owned_by": a.owner,
+                        "root": a.name,
+                        "parent": latest.base_model if latest else None,
+                    }
+                )
+        return {"object": "list", "data": data}
 
     @app.post("/v1/requests", status_code=202)
     async def submit_async(
@@ -305,11 +352,12 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(
                 400, "stream is not available for async requests", "invalid_request", "body.stream"
             )
-        check_model(req.model)
+        await check_model(req.model, tenant)
         key = body.request_id or idempotency_key
         rid, new = backend.store.accept(new_request_id(), tenant, body.endpoint, key)
         if new:
             env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=0)
+            await check_model(req.model, tenant, env)
             try:
                 await backend.submit(env)
             except Exception:

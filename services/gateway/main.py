@@ -12,6 +12,7 @@ from shared.bus import OutRecord, Producer, client_kwargs, sent_ns
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
+from shared.registry_client import RegistryClient
 from shared.service import Service, run_service
 from shared.stage import Emit, out_record
 from shared.telemetry import get_logger
@@ -95,8 +96,15 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         finally:
             await consumer.stop()
 
+    registry = RegistryClient(settings)
     backend = Backend(
-        settings=settings, submit=submit, replies=replies, store=store, ready=reader_ready.is_set
+        settings=settings,
+        submit=submit,
+        replies=replies,
+        store=store,
+        ready=reader_ready.is_set,
+        resolve_adapter=registry.resolve,
+        list_adapters=registry.list_visible,
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)

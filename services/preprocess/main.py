@@ -4,19 +4,27 @@ from __future__ import annotations
 
 from shared.bus import Producer
 from shared.config import Settings
-from shared.envelope import Envelope
+from shared.envelope import Envelope, Rejected, set_error
 from shared.health import Health
+from shared.registry_client import RegistryClient
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 
+from .adapters import AdapterPinner
 from .prepare import Preprocessor, TokenCounter
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     pre = Preprocessor(TokenCounter(settings.model_dir))
-    out = settings.topic("prepared")
+    registry = RegistryClient(settings)
+    pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
+    out, responses = settings.topic("prepared"), settings.topic("responses")
 
     async def handle(env: Envelope) -> list[Emit]:
+        try:
+            await pinner.pin(env)
+        except Rejected as exc:  # an unknown adapter is an answer, not a poison record
+            return [Emit(responses, set_error(env, exc.code, exc.reason, "preprocess", exc.http_status))]
         return [Emit(out, pre.prepare(env))]
 
     return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])

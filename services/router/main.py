@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from shared.bus import Producer
+import asyncio
+
+from switchyard.v1.events_pb2 import Heartbeat
+
+from shared.bus import Producer, follow
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, set_error
 from shared.health import Health
@@ -11,6 +15,7 @@ from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
 
 from .policy import choose_pool
+from .workers import WorkerTable, affinity_partition
 
 log = get_logger(__name__)
 
@@ -18,6 +23,7 @@ log = get_logger(__name__)
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     pools = list(settings.pools)
     responses = settings.topic("responses")
+    workers = WorkerTable(stale_after_s=3 * settings.heartbeat_interval_s)
 
     async def handle(env: Envelope) -> list[Emit]:
         d = choose_pool(env, pools)
@@ -25,9 +31,28 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             log.info("no pool", reason=d.reason)
             return [Emit(responses, set_error(env, ErrorCode.NO_POOL, d.reason, "router", http_status=404))]
         env.pool = d.pool.name
-        return [Emit(settings.topic(d.pool.topic_suffix), env, key=d.key)]
+        if not settings.router_adapter_affinity:
+            return [Emit(settings.topic(d.pool.topic_suffix), env)]  # keyed by request id: spread
+        label = f"{env.adapter_ref.name}@{env.adapter_ref.version}" if env.adapter_ref.name else ""
+        partition, _why = affinity_partition(workers, d.pool.name, label, d.key)
+        return [Emit(settings.topic(d.pool.topic_suffix), env, key=d.key, partition=partition)]
 
-    return Service([envelope_consumer("router", "routing", handle, producer, settings)])
+    def on_heartbeat(rec: object) -> None:
+        workers.update(Heartbeat.FromString(rec.value))  # type: ignore[attr-defined]
+
+    async def heartbeats(stop: asyncio.Event) -> None:
+        await follow(
+            settings,
+            settings.topic("heartbeats"),
+            on_heartbeat,
+            stop,
+            from_beginning=False,
+            client_id="router-hb",
+        )
+
+    return Service(
+        [envelope_consumer("router", "routing", handle, producer, settings)], background=[heartbeats]
+    )
 
 
 def main() -> None:

@@ -48,6 +48,23 @@ def on_gpu() -> bool:
         return False
 
 
+# vLLM accepts these LoRA ranks as max_lora_rank; the pool's bound is rounded up to one.
+_VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank(settings: Settings) -> int:
+    """The engine's max LoRA rank: the pool's `max_lora_rank`, 0 when LoRA is off."""
+    if not settings.vllm_enable_lora:
+        return 0
+    try:
+        wanted = settings.pool(settings.vllm_pool).max_lora_rank
+    except KeyError:
+        return 0
+    if wanted <= 0:
+        return 0
+    return next((r for r in _VLLM_RANKS if r >= wanted), _VLLM_RANKS[-1])
+
+
 def engine_args(settings: Settings) -> Any:
     from vllm import AsyncEngineArgs
 
@@ -61,6 +78,14 @@ def engine_args(settings: Settings) -> Any:
         "disable_log_stats": False,  # keeps vllm:* Prometheus metrics and our KV-usage logger fed
         "seed": 0,
     }
+    rank = lora_rank(settings)
+    if rank:
+        kw.update(
+            enable_lora=True,
+            max_loras=settings.vllm_max_loras,
+            max_cpu_loras=max(settings.vllm_max_cpu_loras, settings.vllm_max_loras),
+            max_lora_rank=rank,
+        )
     if on_gpu():
         kw["gpu_memory_utilization"] = settings.vllm_gpu_memory_utilization
     return AsyncEngineArgs(**kw)
@@ -129,11 +154,26 @@ class Engine:
     def ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
-    async def generate(self, prompt_ids: list[int], params: Any, request_id: str) -> AsyncIterator[Any]:
+    async def generate(
+        self, prompt_ids: list[int], params: Any, request_id: str, lora: Any = None
+    ) -> AsyncIterator[Any]:
         from vllm.inputs import TokensPrompt
 
-        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+        async for out in self._llm.generate(
+            TokensPrompt(prompt_token_ids=prompt_ids), params, request_id, lora_request=lora
+        ):
             yield out
+
+    async def add_lora(self, lora: Any) -> None:
+        """Load an adapter into the engine now (else it loads on its first request)."""
+        await self._llm.add_lora(lora)
+
+    async def remove_lora(self, lora_int_id: int) -> None:
+        if self._llm is not None:
+            await self._llm.remove_lora(lora_int_id)
+
+    async def loaded_loras(self) -> set[int]:
+        return set(await self._llm.list_loras()) if self._llm is not None else set()
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:

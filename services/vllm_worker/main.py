@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
-from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
+from switchyard.v1.envelope_pb2 import AdapterRef
+from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat, StreamDelta
 
-from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer
+from shared.adapter_refs import ref_from_manifest
+from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer, follow
 from shared.config import Settings
-from shared.envelope import Envelope, Rejected, set_error
+from shared.envelope import Envelope, ErrorCode, Rejected, set_error
 from shared.health import Health
+from shared.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
 
-from .engine import Engine
+from .engine import Engine, lora_rank
 from .generation import (
     Accumulator,
     DeltaBatcher,
@@ -24,6 +28,7 @@ from .generation import (
     prompt_token_ids,
     sampling_kwargs,
 )
+from .lora import LoraManager
 
 log = get_logger(__name__)
 
@@ -35,6 +40,29 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     engine = Engine(settings)
     await engine.start()
     health.add_check("engine", lambda: engine.ready)
+    loras: LoraManager | None = None
+    if lora_rank(settings):
+        registry = RegistryClient(settings)
+
+        async def fetch(ref: AdapterRef, dest: Path) -> None:
+            """Both files of a version, sha256-checked (as the owner: preprocess checked access)."""
+            weights, config = ADAPTER_FILES
+            try:
+                for name, sha in ((weights, ref.sha256), (config, ref.config_sha256)):
+                    await registry.download(ref.owner, ref.name, ref.version, name, dest / name, sha)
+            except ChecksumMismatch as exc:
+                raise ValueError(str(exc)) from exc
+            except RegistryError as exc:
+                if exc.status == 404:
+                    raise FileNotFoundError(f"adapter {ref.name}@{ref.version} no longer exists") from exc
+                raise
+
+        async def resolve(tenant: str, ref: str) -> AdapterRef | None:
+            manifest = await registry.resolve(tenant, ref)
+            return ref_from_manifest(manifest, ref) if manifest is not None else None
+
+        loras = LoraManager(settings, engine, fetch, resolve)
+        await loras.start()
     stream_topic, responses = settings.topic("stream"), settings.topic("responses")
     pool, worker = settings.vllm_pool, settings.instance_id
     in_flight = 0
@@ -49,6 +77,15 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         except Rejected as exc:
             return [Emit(responses, set_error(env, exc.code, exc.reason, "vllm_worker", exc.http_status))]
         params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA)
+        lora, held = None, None
+        if loras is not None:
+            try:
+                lora, held = await loras.for_request(env)
+            except Rejected as exc:
+                return [Emit(responses, set_error(env, exc.code, exc.reason, "vllm_worker", exc.http_status))]
+        elif env.adapter:
+            reason = f"pool {pool!r} does not serve LoRA adapters (SY_VLLM_ENABLE_LORA is off)"
+            return [Emit(responses, set_error(env, ErrorCode.NO_POOL, reason, "vllm_worker", 404))]
         acc = Accumulator(kw["n"], worker)
         batcher = DeltaBatcher(settings.stream_flush_ms)
         acks: list[asyncio.Future[object]] = []
@@ -66,13 +103,15 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         in_flight += 1
         try:
             # Unique per attempt: a redelivered request may reach this engine while the old one runs.
-            async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}"):
+            async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}", lora):
                 delta = acc.add(out, env.request_id, env.tenant)
                 if delta is not None and env.request.sampling.stream:
                     await send(batcher.add(delta))
             await send(batcher.flush())
         finally:
             in_flight -= 1
+            if held is not None and loras is not None:
+                loras.release(held)
         await asyncio.gather(*acks)  # deltas are acknowledged before the final response goes out
         finished = time.time_ns()
         env.response.CopyFrom(acc.response(pool))
@@ -82,10 +121,16 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     consumer = envelope_consumer(
         "vllm_worker", f"infer.{pool}", handle, producer, settings, max_in_flight=settings.vllm_max_num_seqs
     )
+    consumer_topic = settings.topic(f"infer.{pool}")
 
     async def heartbeats(stop: asyncio.Event) -> None:
         topic = settings.topic("heartbeats")
         while not stop.is_set():
+            if loras is not None:
+                try:
+                    await loras.refresh_loaded()
+                except Exception as exc:  # noqa: BLE001 - the engine's watchdog handles a dead engine
+                    log.warning("could not list loaded adapters", error=str(exc))
             hb = Heartbeat(
                 pool=pool,
                 worker_id=worker,
@@ -97,6 +142,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 kv_usage=engine.state.kv_usage,
                 sent_unix_ns=time.time_ns(),
                 modalities=["text"],
+                max_lora_rank=lora_rank(settings),
+                adapters=loras.resident() if loras is not None else [],
+                partitions=sorted(
+                    tp.partition for tp in consumer.consumer.assignment() if tp.topic == consumer_topic
+                ),
             )
             try:
                 await producer.send(OutRecord(topic, hb.SerializeToString(), key=worker.encode()))
@@ -121,7 +171,21 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     async def shutdown() -> None:
         engine.shutdown()
 
-    return Service([consumer], background=[heartbeats, watchdog], on_stop=[shutdown])
+    background = [heartbeats, watchdog]
+    if loras is not None:
+        manager = loras
+
+        async def on_adapter_event(rec: object) -> None:
+            await manager.on_event(AdapterEvent.FromString(rec.value))  # type: ignore[attr-defined]
+
+        async def adapter_events(stop: asyncio.Event) -> None:
+            """Deleted versions leave disk and engine; alias moves prefetch (sy.adapters, all of it)."""
+            await follow(
+                settings, settings.topic("adapters"), on_adapter_event, stop, client_id="vllm-adapters"
+            )
+
+        background.append(adapter_events)
+    return Service([consumer], background=background, on_stop=[shutdown])
 
 
 def main() -> None:

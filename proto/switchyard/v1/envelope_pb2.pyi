@@ -302,7 +302,7 @@ class Envelope(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., kind: _Optional[_Union[Kind, str]] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., media: _Optional[_Iterable[_Union[MediaRef, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ..., deadline_unix_ms: _Optional[int] = ..., reply_to: _Optional[str] = ..., batch_id: _Optional[str] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ..., policy_version: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[Timing, _Mapping]]] = ..., cache: _Optional[_Union[CacheInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., pool: _Optional[str] = ..., created_unix_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., adapter_ref: _Optional[_Union[AdapterRef, _Mapping]] = ...) -> None: ...
 
 class AdapterRef(_message.Message):
-    __slots__ = ("name", "version", "sha256", "owner", "rank", "base_model", "requested", "size_bytes")
+    __slots__ = ("name", "version", "sha256", "owner", "rank", "base_model", "requested", "size_bytes", "config_sha256")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,7 @@ class AdapterRef(_message.Message):
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_SHA256_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     sha256: str
@@ -319,4 +320,5 @@ class AdapterRef(_message.Message):
     base_model: str
     requested: str
     size_bytes: int
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., sha256: _Optional[str] = ..., owner: _Optional[str] = ..., rank: _Optional[int] = ..., base_model: _Optional[str] = ..., requested: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+    config_sha256: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., sha256: _Optional[str] = ..., owner: _Optional[str] = ..., rank: _Optional[int] = ..., base_model: _Optional[str] = ..., requested: _Optional[str] = ..., size_bytes: _Optional[int] = ..., config_sha256: _Optional[str] = ...) -> None: ...

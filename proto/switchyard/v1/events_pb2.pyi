@@ -52,7 +52,7 @@ class DeadLetter(_message.Message):
     def __init__(self, original_value: _Optional[bytes] = ..., original_key: _Optional[bytes] = ..., original_headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., stage: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ..., attempts: _Optional[int] = ..., failed_unix_ns: _Optional[int] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., original_size: _Optional[int] = ..., truncated: bool = ..., original_sha256: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("pool", "worker_id", "engine", "models", "adapters", "in_flight", "max_in_flight", "queue_depth", "kv_usage", "sent_unix_ns", "modalities", "max_lora_rank")
+    __slots__ = ("pool", "worker_id", "engine", "models", "adapters", "in_flight", "max_in_flight", "queue_depth", "kv_usage", "sent_unix_ns", "modalities", "max_lora_rank", "partitions")
     POOL_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class Heartbeat(_message.Message):
     SENT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     MODALITIES_FIELD_NUMBER: _ClassVar[int]
     MAX_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     pool: str
     worker_id: str
     engine: str
@@ -77,7 +78,8 @@ class Heartbeat(_message.Message):
     sent_unix_ns: int
     modalities: _containers.RepeatedScalarFieldContainer[str]
     max_lora_rank: int
-    def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ...) -> None: ...
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ChoiceDelta(_message.Message):
     __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason", "text_offset")

@@ -1,0 +1,61 @@
+"""Pin a request's adapter to one version before anything else looks at it.
+
+`model` may name an adapter (as with vLLM's OpenAI server), or `adapter` may carry
+`name`, `name@3` or `name@alias`. The registry resolves it once, here; the envelope then
+carries the exact version, so the cache scope, the router's affinity and the worker agree,
+and an alias moved while the request is in flight does not change what serves it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shared.adapter_refs import parse_ref, ref_from_manifest
+from shared.envelope import Envelope, ErrorCode, Rejected
+from shared.telemetry import add_timing
+
+# resolve(tenant, ref) -> the registry's manifest (dict or model) or None when unknown/invisible.
+Resolve = Callable[[str, str], Awaitable[Any | None]]
+
+
+class AdapterPinner:
+    def __init__(self, base_models: set[str], resolve: Resolve) -> None:
+        self.base_models = base_models
+        self._resolve = resolve
+
+    async def pin(self, env: Envelope) -> None:
+        """Fill `env.adapter_ref` (and `env.model` when it named the adapter); Rejected if not servable."""
+        if not env.adapter and (not env.model or env.model in self.base_models):
+            return  # a base model, or no model at all (validation says so)
+        if env.adapter and env.adapter_ref.name and env.adapter_ref.version:
+            return  # already pinned (a redelivery, or a trusted producer)
+        named_by_model = not env.adapter
+        ref = env.adapter or env.model
+        try:
+            parse_ref(ref)
+        except ValueError as exc:
+            if named_by_model:
+                raise Rejected(
+                    ErrorCode.MODEL_NOT_FOUND, f"The model '{env.model}' does not exist", 404
+                ) from exc
+            raise Rejected(ErrorCode.INVALID_REQUEST, str(exc), 400) from exc
+        start = time.time_ns()
+        manifest = await self._resolve(env.tenant, ref)
+        if manifest is None:
+            if named_by_model:
+                raise Rejected(ErrorCode.MODEL_NOT_FOUND, f"The model '{env.model}' does not exist", 404)
+            raise Rejected(ErrorCode.ADAPTER_NOT_FOUND, f"adapter {ref!r} does not exist", 404)
+        pinned = ref_from_manifest(manifest, ref)
+        if named_by_model:
+            env.model = pinned.base_model
+            env.adapter = ref
+        elif env.model != pinned.base_model:
+            raise Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
+                400,
+            )
+        env.adapter_ref.CopyFrom(pinned)
+        add_timing(env, "adapter_resolve", start, time.time_ns(), adapter=f"{pinned.name}@{pinned.version}")
