@@ -1,53 +1,93 @@
-"""Real peft LoRA adapters of the local base model, built in the test, and HF+PEFT references."""
+"""Tiny LoRA adapters and a fake base model for the registry tests (numpy + safetensors only)."""
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
+import numpy as np
+from safetensors.numpy import save
 
-def build_adapter(
-    base_dir: Path,
-    out_dir: Path,
-    seed: int,
-    rank: int = 8,
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj"),
-    scale: float = 0.5,
-) -> Path:
-    """A peft adapter with non-zero, seed-dependent weights (saved as peft saves it)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    base = LlamaForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
-    cfg = LoraConfig(
-        r=rank, lora_alpha=rank, target_modules=list(target_modules), init_lora_weights=False, lora_dropout=0.0
-    )
-    model = get_peft_model(base, cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn_like(p) * scale)
-    model.save_pretrained(str(out_dir))
-    conf = json.loads((out_dir / "adapter_config.json").read_text())
-    conf["base_model_name_or_path"] = base_dir.name  # the registry knows base models by name
-    (out_dir / "adapter_config.json").write_text(json.dumps(conf))
-    return out_dir
+BASE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+}
+FEATURES = {  # (in, out) for BASE: head_dim 32
+    "q_proj": (128, 128),
+    "k_proj": (128, 128),
+    "v_proj": (128, 128),
+    "o_proj": (128, 128),
+    "gate_proj": (128, 256),
+    "up_proj": (128, 256),
+    "down_proj": (256, 128),
+}
 
 
-def hf_greedy(base_dir: Path, adapter_dir: Path | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy token ids from transformers (+ peft), the reference vLLM's output must equal."""
-    import torch
-    from peft import PeftModel
-    from transformers import LlamaForCausalLM
+def write_base_model(models_dir: Path, name: str = "sy-tiny") -> Path:
+    d = models_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(BASE))
+    return d
 
-    model = LlamaForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
-    if adapter_dir is not None:
-        model = PeftModel.from_pretrained(model, str(adapter_dir))
-    model.eval()
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0
-        )
-    return out[0, len(prompt_ids) :].tolist()
+
+def tensor_name(layer: int, module: str, ab: str) -> str:
+    parent = "mlp" if module in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+    return f"base_model.model.model.layers.{layer}.{parent}.{module}.lora_{ab}.weight"
+
+
+def adapter_tensors(
+    r: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"), layers: int = 2, seed: int = 0
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for layer in range(layers):
+        for m in modules:
+            fin, fout = FEATURES[m]
+            out[tensor_name(layer, m, "A")] = rng.standard_normal((r, fin), dtype=np.float32)
+            out[tensor_name(layer, m, "B")] = np.zeros((fout, r), dtype=np.float32)
+    return out
+
+
+def adapter_config(
+    r: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"), base: str = "sy-tiny", **extra: object
+) -> bytes:
+    cfg = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": r,
+        "lora_alpha": 16,
+        "lora_dropout": 0.0,
+        "target_modules": list(modules),
+        "base_model_name_or_path": base,
+        "bias": "none",
+    }
+    cfg.update(extra)
+    return json.dumps(cfg).encode()
+
+
+def make_adapter(
+    r: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"), seed: int = 0, base: str = "sy-tiny"
+) -> tuple[bytes, bytes]:
+    """(adapter_model.safetensors bytes, adapter_config.json bytes)."""
+    return save(adapter_tensors(r, modules, seed=seed)), adapter_config(r, modules, base)
+
+
+def pickle_bytes() -> bytes:
+    return pickle.dumps({"weight": [1.0, 2.0]}, protocol=4)
+
+
+def safetensors_with_header(header: dict[str, object] | bytes, data: bytes = b"") -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+def sha256(b: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(b).hexdigest()

@@ -1,0 +1,50 @@
+"""registry: the adapter REST API over object storage; every change goes to sy.adapters."""
+
+from __future__ import annotations
+
+import asyncio
+
+from switchyard.v1.events_pb2 import AdapterEvent
+
+from shared.bus import OutRecord, Producer
+from shared.config import Settings
+from shared.health import Health
+from shared.service import Service, run_service
+from shared.storage import open_store
+from shared.telemetry import get_logger
+
+from .api import create_app
+from .catalog import Catalog
+
+log = get_logger(__name__)
+
+RETRY_S = 2.0
+
+
+async def build(settings: Settings, producer: Producer, health: Health) -> Service:
+    topic = settings.topic("adapters")
+
+    async def publish(ev: AdapterEvent) -> None:
+        await producer.send(OutRecord(topic=topic, key=ev.name.encode(), value=ev.SerializeToString()))
+
+    catalog = Catalog(open_store(settings), publish)
+    await catalog.load()
+
+    async def resend(stop: asyncio.Event) -> None:
+        """Start-up resync and retries of events whose publish failed."""
+        while not stop.is_set():
+            await catalog.flush_unsent()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=RETRY_S)
+            except TimeoutError:
+                pass
+
+    return Service([], background=[resend], app=create_app(settings, catalog))
+
+
+def main() -> None:
+    run_service("registry", build)
+
+
+if __name__ == "__main__":
+    main()
