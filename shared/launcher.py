@@ -121,6 +121,10 @@ class Launcher:
         env["SY_INSTANCE_ID"] = f"{name}-1"
         env.setdefault("SY_VAR_DIR", str(self.s.var_dir))
         env.setdefault("SY_TRACE_FILE", str(self.s.var_dir / "run" / "spans.jsonl"))
+        # The registry starts first; its port may not be 8001 when that was busy.
+        reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
+        if reg:
+            env.setdefault("SY_REGISTRY_URL", f"http://{self.s.health_host}:{reg}")
         if self.kafka is not None:
             # Embedded broker: joining a group takes about half the session timeout, so keep it short.
             env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")
