@@ -58,4 +58,11 @@ class AdapterPinner:
                 400,
             )
         env.adapter_ref.CopyFrom(pinned)
-        add_timing(env, "adapter_resolve", start, time.time_ns(), adapter=f"{pinned.name}@{pinned.version}")
+        add_timing(
+            env,
+            "adapter_resolve",
+            start,
+            time.time_ns(),
+            parent="preprocess",
+            adapter=f"{pinned.name}@{pinned.version}",
+        )

@@ -104,6 +104,7 @@ class LoraManager:
                 "adapter_load",
                 start,
                 time.time_ns(),
+                parent="vllm_worker",
                 adapter=entry.label,
                 downloaded=downloaded,
                 bytes=entry.size,
