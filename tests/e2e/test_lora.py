@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Pipeline
-from tests.helpers.adapters import build_adapter, hf_greedy
+from tests.helpers.peft_adapters import build_adapter, hf_greedy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
