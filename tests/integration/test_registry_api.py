@@ -415,3 +415,36 @@ async def test_registry_client(http: httpx.AsyncClient, env: Env, tmp_path: Path
         with pytest.raises(RegistryError) as ei:
             await client.download("beta", "ad", 1, "adapter_model.safetensors", other, m.sha256)
         assert ei.value.status == 404
+
+
+# ------------------------------------------------------------------------------------- real broker
+
+
+async def test_main_wiring_publishes_to_broker(broker, topics: str, tmp_path: Path) -> None:
+    """services/registry/main.build on the embedded broker: an upload lands on sy.adapters, keyed by name."""
+    from services.registry.main import build
+    from shared.bus import Producer
+    from shared.health import Health
+    from tests.helpers.kafka import collect
+
+    write_base_model(tmp_path / "models")
+    s = load_settings(
+        kafka_bootstrap=broker.bootstrap,
+        topic_prefix=topics,
+        models_dir=tmp_path / "models",
+        storage_dir=tmp_path / "objects",
+        api_keys={"sk-a": "acme"},
+    )
+    producer = Producer(s, client_id="registry-test")
+    await producer.start()
+    try:
+        svc = await build(s, producer, Health("registry"))
+        assert svc.app is not None
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=svc.app), base_url="http://r") as http:
+            assert (await upload(http)).status_code == 201
+    finally:
+        await producer.stop()
+    recs = await collect(broker.bootstrap, s.topic("adapters"), 1)
+    ev = AdapterEvent.FromString(recs[0].value)
+    assert recs[0].key == b"ad" and ev.type == AdapterEvent.TYPE_PUBLISHED and ev.version == 1
+    assert [v.version for v in ev.versions] == [1] and dict(ev.aliases) == {"latest": 1}
