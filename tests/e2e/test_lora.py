@@ -134,7 +134,7 @@ def test_alias_move_switches_version_without_restart(published, lora_pipeline, c
 
 
 def test_deleting_a_version_evicts_it(published, lora_pipeline, client_a, adapters) -> None:
-    r = upload(lora_pipeline, "gamma", adapters["b1"], A)
+    r = upload(lora_pipeline, "gamma", adapters["a1"], A)
     assert r.status_code == 201, r.text
     assert chat(client_a, "gamma@1").choices[0].message.content
     cached = lora_pipeline.var_dir / "adapter-cache" / "gamma" / "v1"
@@ -161,7 +161,7 @@ def test_tenant_isolation_for_list_get_use_delete(published, lora_pipeline, clie
     assert httpx.delete(reg + "/v1/adapters/alpha", headers=B).status_code == 404
     assert httpx.get(reg + "/v1/adapters/alpha", headers=A).status_code == 200
     # A public adapter is usable by others, who still cannot change it.
-    r = upload(lora_pipeline, "shared-one", adapters["b1"], A, visibility="public")
+    r = upload(lora_pipeline, "shared-one", adapters["a2"], A, visibility="public")
     assert r.status_code == 201, r.text
     assert chat(client_b, "shared-one").choices[0].message.content
     assert httpx.delete(reg + "/v1/adapters/shared-one", headers=B).status_code == 403
