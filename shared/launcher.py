@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
 from shared.embedded.kafka import EmbeddedKafka
-from shared.embedded.procs import die_with_parent, free_port, port_free, stop_process
+from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
 from shared.topics import ensure_topics
 
 # Every service of the design, in start order; those whose module does not exist yet are skipped.
@@ -221,6 +221,7 @@ class Launcher:
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode
+                    kill_group(c.proc.pid)  # what the dead service started (vLLM's EngineCore) goes too
                     delay = min(30.0, 0.5 * 2 ** min(c.restarts, 6))
                     if time.monotonic() - c.started_at > 60:
                         c.restarts, delay = 0, 0.5

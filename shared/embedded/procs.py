@@ -47,19 +47,43 @@ def wait_port(port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> bo
     return False
 
 
+def kill_group(pgid: int, grace_s: float = 0.0) -> None:
+    """SIGKILL what is left of a process group once its leader is gone, after `grace_s`.
+
+    A service's own children (vLLM's EngineCore) share its group; they outlive a leader that
+    was SIGKILLed or that exited without stopping them, so the group is cleared as a whole.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int | None:
-    """SIGTERM the child's process group, then SIGKILL it after timeout_s."""
+    """SIGTERM the child's process group, SIGKILL it after timeout_s; leave nothing of the group."""
     if proc.poll() is not None:
+        kill_group(proc.pid)
         return proc.returncode
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
         return proc.poll()
     try:
-        return proc.wait(timeout=timeout_s)
+        code: int | None = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        return proc.wait(timeout=5)
+        code = proc.wait(timeout=5)
+    kill_group(proc.pid, grace_s=2.0)
+    return code
