@@ -230,6 +230,48 @@ class _Rebalance(ConsumerRebalanceListener):
         )
 
 
+class FetchWaitGuard:
+    """Raise a consumer's fetch wait when fetches come back empty although records are waiting.
+
+    The embedded broker's fetch time grows with the batches a partition holds; past a point a
+    short wait returns nothing at all and the consumer would stall. After ~20 empty polls with
+    records waiting the wait doubles (up to 500 ms): latency traded for progress, logged.
+    Apache Kafka never gets here.
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer, stage: str, polls: int = 20, ceiling_ms: int = 500) -> None:
+        self.consumer, self.stage, self.polls, self.ceiling_ms = consumer, stage, polls, ceiling_ms
+        self._empty = 0
+
+    def _lagging(self) -> bool:
+        # highwater() reads the same per-partition state; position is the next offset to fetch.
+        assignment = self.consumer._subscription.subscription.assignment
+        for tp in self.consumer.assignment():
+            st = assignment.state_value(tp)
+            if st.has_valid_position and st.highwater is not None and st.highwater > st.position:
+                return True
+        return False
+
+    def observe(self, got_records: bool) -> None:
+        try:
+            if got_records or not self._lagging():
+                self._empty = 0
+                return
+            fetcher = self.consumer._fetcher
+            current = int(fetcher._fetch_max_wait_ms)
+        except (AttributeError, TypeError):  # an aiokafka without these internals: no guard
+            return
+        self._empty += 1
+        if self._empty >= self.polls and current < self.ceiling_ms:
+            fetcher._fetch_max_wait_ms = min(self.ceiling_ms, current * 2)
+            self._empty = 0
+            log.warning(
+                "fetch wait raised: fetches return nothing while records wait",
+                stage=self.stage,
+                fetch_max_wait_ms=fetcher._fetch_max_wait_ms,
+            )
+
+
 class StageConsumer:
     """Consume topics in a group and run `handler` on each record under the stage rules."""
 
@@ -276,6 +318,7 @@ class StageConsumer:
             fetch_max_bytes=settings.kafka_max_request_bytes * 4,
             max_poll_interval_ms=300000,
         )
+        self._fetch_guard = FetchWaitGuard(self.consumer, stage)
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -303,6 +346,7 @@ class StageConsumer:
                     for rec in records:
                         self._dispatch(tp, rec)
                 self._update_lag()
+                self._fetch_guard.observe(bool(batch))
                 await self._maybe_commit()
         finally:
             await self._drain()

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     )
     topic_partitions: int = Field(default=4, ge=1, le=1024, description="Partitions of keyed topics")
     kafka_fetch_max_wait_ms: int = Field(
-        default=10, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
+        default=5, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
     kafka_session_timeout_ms: int = Field(
         default=6000,

@@ -8,7 +8,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.bus import OutRecord, Producer, client_kwargs, sent_ns
+from shared.bus import FetchWaitGuard, OutRecord, Producer, client_kwargs, sent_ns
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
@@ -61,9 +61,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 else:
                     await consumer.seek_to_end(tp)
             reader_ready.set()
+            guard = FetchWaitGuard(consumer, "gateway")
             last_save = last_expire = time.monotonic()
             while not stop.is_set():
                 batch = await consumer.getmany(timeout_ms=100)
+                guard.observe(bool(batch))
                 for tp, records in batch.items():
                     for rec in records:
                         if tp.topic == stream_topic:
