@@ -131,7 +131,8 @@ class LoraManager:
                 await self.engine.remove_lora(lid)
 
     async def on_event(self, ev: AdapterEvent) -> None:
-        """Deleted versions are evicted at once; an alias move prefetches what we already serve."""
+        """Deleted versions are evicted at once; an alias move (or a publish, which moves `latest`)
+        prefetches the new version of an adapter this worker already serves."""
         live = {v.version for v in ev.versions}
         if ev.type == AdapterEvent.TYPE_DELETED:
             await self.evict(ev.name)
@@ -141,7 +142,8 @@ class LoraManager:
             if name == ev.name and int(version) not in live:
                 await self.evict(name, int(version))
         if (
-            ev.type == AdapterEvent.TYPE_ALIAS_MOVED
+            ev.type in (AdapterEvent.TYPE_ALIAS_MOVED, AdapterEvent.TYPE_PUBLISHED)  # publish moves `latest`
+            and ev.version > 0
             and ev.sent_unix_ns >= self.started_ns
             and any(label.rpartition("@")[0] == ev.name for label in self.cache.resident())
             and not self.cache.has(ev.name, ev.version)

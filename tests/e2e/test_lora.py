@@ -131,6 +131,14 @@ def test_alias_move_switches_version_without_restart(published, lora_pipeline, c
         )
         assert r.status_code == 200, r.text
         assert chat(client_a, "alpha@prod").choices[0].message.content == expected
+    # A new version of an adapter the worker serves is prefetched to its disk before anyone asks.
+    r = upload(lora_pipeline, "alpha", adapters["b1"], A)
+    assert r.status_code == 201 and r.json()["version"] == 3, r.text
+    prefetched = lora_pipeline.var_dir / "adapter-cache" / "alpha" / "v3"
+    deadline = time.monotonic() + 20
+    while not prefetched.is_dir() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert prefetched.is_dir(), "the worker did not prefetch alpha@3"
 
 
 def test_deleting_a_version_evicts_it(published, lora_pipeline, client_a, adapters) -> None:
