@@ -239,7 +239,9 @@ class FetchWaitGuard:
     Apache Kafka never gets here.
     """
 
-    def __init__(self, consumer: AIOKafkaConsumer, stage: str, polls: int = 20, ceiling_ms: int = 500) -> None:
+    def __init__(
+        self, consumer: AIOKafkaConsumer, stage: str, polls: int = 20, ceiling_ms: int = 500
+    ) -> None:
         self.consumer, self.stage, self.polls, self.ceiling_ms = consumer, stage, polls, ceiling_ms
         self._empty = 0
 

@@ -27,7 +27,9 @@ B = {"Authorization": "Bearer sk-b"}
 @pytest.fixture(scope="module")
 def adapters(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapters")
-    return {name: build_adapter(model_dir, root / name, seed) for name, seed in (("a1", 1), ("a2", 2), ("b1", 3))}
+    return {
+        name: build_adapter(model_dir, root / name, seed) for name, seed in (("a1", 1), ("a2", 2), ("b1", 3))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,10 @@ def registry(p: Pipeline) -> str:
 
 def upload(p: Pipeline, name: str, adapter_dir: Path, headers: dict, **form: str) -> httpx.Response:
     files = {
-        "adapter_model": ("adapter_model.safetensors", (adapter_dir / "adapter_model.safetensors").read_bytes()),
+        "adapter_model": (
+            "adapter_model.safetensors",
+            (adapter_dir / "adapter_model.safetensors").read_bytes(),
+        ),
         "adapter_config": ("adapter_config.json", (adapter_dir / "adapter_config.json").read_bytes()),
     }
     return httpx.post(
@@ -61,7 +66,9 @@ def upload(p: Pipeline, name: str, adapter_dir: Path, headers: dict, **form: str
 
 
 def chat(client: openai.OpenAI, model: str, messages=MSG, max_tokens: int = 12):
-    return client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0)
+    return client.chat.completions.create(
+        model=model, messages=messages, max_tokens=max_tokens, temperature=0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +164,9 @@ def test_deleting_a_version_evicts_it(published, lora_pipeline, client_a, adapte
         chat(client_a, "gamma@1")
 
 
-def test_tenant_isolation_for_list_get_use_delete(published, lora_pipeline, client_a, client_b, adapters) -> None:
+def test_tenant_isolation_for_list_get_use_delete(
+    published, lora_pipeline, client_a, client_b, adapters
+) -> None:
     ids_a = {m.id: m for m in client_a.models.list()}
     assert "alpha" in ids_a and ids_a["alpha"].model_extra["parent"] == "sy-tiny"
     assert "alpha" not in {m.id for m in client_b.models.list()}

@@ -22,7 +22,11 @@ def build_adapter(
     torch.manual_seed(seed)
     base = LlamaForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
     cfg = LoraConfig(
-        r=rank, lora_alpha=rank, target_modules=list(target_modules), init_lora_weights=False, lora_dropout=0.0
+        r=rank,
+        lora_alpha=rank,
+        target_modules=list(target_modules),
+        init_lora_weights=False,
+        lora_dropout=0.0,
     )
     model = get_peft_model(base, cfg)
     with torch.no_grad():
@@ -36,7 +40,9 @@ def build_adapter(
     return out_dir
 
 
-def hf_greedy(base_dir: Path, adapter_dir: Path | None, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+def hf_greedy(
+    base_dir: Path, adapter_dir: Path | None, prompt_ids: list[int], max_new_tokens: int
+) -> list[int]:
     """Greedy token ids from transformers (+ peft), the reference vLLM's output must equal."""
     import torch
     from peft import PeftModel
