@@ -7,9 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, pipeline
+from loadtests import bus, lora, pipeline
 
-SCENARIOS = {"bus": bus.run, "pipeline-vs-engine": pipeline.run}
+SCENARIOS = {"bus": bus.run, "pipeline-vs-engine": pipeline.run, "lora-scaling": lora.run}
 
 
 def main() -> None:

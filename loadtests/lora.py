@@ -1,0 +1,544 @@
+"""lora-scaling: tokens/s with 0 (base), 1, 4 and 16 distinct LoRA adapters, uniform and Zipf
+popularity, with adapter-affinity routing on and off, plus the cold load of one adapter.
+
+Each routing mode gets its own pipeline (`python -m shared.cli up`) with two vLLM workers: the
+launcher starts one, this scenario starts a second (`services.vllm_worker.main`, own instance id,
+health port and adapter cache) in the same consumer group, and waits until the heartbeats show
+the partitions split between them. A third pipeline with LoRA off gives the base tokens/s that
+LoRA costs (base requests run through a zero-weight adapter whenever LoRA is on).
+
+Adapters are real peft adapters of sy-tiny (rank 8, q_proj/v_proj, seeds 1..16) uploaded to the
+registry. Every adapter set is warmed before it is measured (on both workers when affinity is
+off, since requests are spread there), so tokens/s exclude cold loads; the adapter_load rows seen
+while measuring are still counted. The cold load is timed separately: a fresh upload, one
+request with max_tokens=1, its `adapter_load` breakdown row and the latency against warm ones.
+
+Target (issue): 16 adapters >= 0.8x base tokens/s with affinity routing on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from loadtests.pipeline import pct, prompts
+from shared.embedded.procs import die_with_parent, free_port, kill_group, stop_process
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_TOKENS = 32
+CONCURRENCY = 8
+N_ADAPTERS = 16
+ZIPF_S = 1.1
+TARGET = 0.8
+API_KEY = "sk-bench"
+TOPIC_PREFIX = "sy."
+POOLS = [{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]
+
+
+def adapter_names(n: int) -> list[str]:
+    return [f"bench-{i:02d}" for i in range(1, n + 1)]
+
+
+def build_adapters(model_dir: Path, root: Path) -> dict[str, Path]:
+    """16 adapters (seeds 1..16) plus one for the cold load (seed 99); rebuilt only when missing."""
+    from tests.helpers.peft_adapters import build_adapter
+
+    out: dict[str, Path] = {}
+    for seed, name in [*enumerate(adapter_names(N_ADAPTERS), start=1), (99, "cold")]:
+        d = root / name
+        if not (d / "adapter_model.safetensors").is_file() or not (d / "adapter_config.json").is_file():
+            build_adapter(model_dir, d, seed, rank=8, target_modules=("q_proj", "v_proj"))
+        out[name] = d
+    return out
+
+
+# ------------------------------------------------------------------------------- pipeline
+
+
+class Heartbeats:
+    """Follows sy.heartbeats: which worker owns which partitions and holds which adapters."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.latest: dict[str, Any] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        self._consumer = AIOKafkaConsumer(
+            TOPIC_PREFIX + "heartbeats", bootstrap_servers=self.bootstrap, auto_offset_reset="latest"
+        )
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        from switchyard.v1.events_pb2 import Heartbeat
+
+        async for rec in self._consumer:
+            hb = Heartbeat.FromString(rec.value)
+            self.latest[hb.worker_id] = {
+                "seen": time.monotonic(),
+                "partitions": sorted(hb.partitions),
+                "adapters": list(hb.adapters),
+            }
+
+    def live(self, max_age_s: float = 5.0) -> dict[str, Any]:
+        now = time.monotonic()
+        return {w: v for w, v in self.latest.items() if now - v["seen"] <= max_age_s}
+
+    async def wait_split(self, workers: int, partitions: int, timeout_s: float = 90) -> bool:
+        """True once `workers` live workers own disjoint partition sets covering every partition."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            live = self.live()
+            owned = [p for v in live.values() for p in v["partitions"]]
+            if (
+                len(live) >= workers
+                and all(v["partitions"] for v in live.values())
+                and sorted(owned) == list(range(partitions))
+            ):
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()
+
+
+class Stack:
+    """`shared.cli up` plus a second vLLM worker started here (the launcher runs one per service)."""
+
+    def __init__(self, var_dir: Path, model_dir: Path, workers: int, **extra: str) -> None:
+        self.var_dir = var_dir
+        self.workers = workers
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
+        env.update(
+            SY_VAR_DIR=str(var_dir),
+            SY_MODELS_DIR=str(model_dir.parent),
+            SY_LOG_LEVEL="WARNING",
+            SY_KAFKA_PORT=str(free_port()),
+            SY_DRAIN_TIMEOUT_S="5",
+            SY_API_KEYS=json.dumps({API_KEY: "bench"}),
+            SY_POOLS=json.dumps(POOLS),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(extra)
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra: list[subprocess.Popen[bytes]] = []
+        self.endpoints: dict[str, Any] = {}
+        self.heartbeats: Heartbeats | None = None
+        self.split_ok = False
+
+    @property
+    def gateway(self) -> str:
+        return self.endpoints["services"]["gateway"]["url"] + "/v1"
+
+    @property
+    def registry(self) -> str:
+        return self.endpoints["services"]["registry"]["url"]
+
+    async def start(self) -> None:
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        endpoints = self.var_dir / "run" / "endpoints.json"
+        endpoints.unlink(missing_ok=True)
+        log = open(self.var_dir / "pipeline.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli", "up"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 300
+        while not endpoints.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((self.var_dir / "pipeline.log").read_text()[-3000:])
+            await asyncio.sleep(0.5)
+        self.endpoints = json.loads(endpoints.read_text())
+        self.heartbeats = Heartbeats(self.endpoints["kafka"])
+        await self.heartbeats.start()
+        for i in range(2, self.workers + 1):
+            await self._start_worker(i)
+        partitions = int(self.env.get("SY_TOPIC_PARTITIONS", "4"))
+        self.split_ok = await self.heartbeats.wait_split(self.workers, partitions)
+
+    async def _start_worker(self, i: int) -> None:
+        port = free_port()
+        env = dict(self.env)
+        env.update(
+            SY_KAFKA_BOOTSTRAP=self.endpoints["kafka"],
+            SY_HEALTH_PORT=str(port),
+            SY_INSTANCE_ID=f"vllm_worker-{i}",
+            SY_TRACE_FILE=self.endpoints["trace_file"],
+            SY_REGISTRY_URL=self.registry,
+            SY_ADAPTER_CACHE_DIR=str(self.var_dir / f"adapter-cache-{i}"),
+            # as the launcher sets them with the embedded broker
+            SY_KAFKA_SESSION_TIMEOUT_MS="3000",
+            SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",
+        )
+        env.pop("SY_KAFKA_PORT", None)
+        log = open(self.var_dir / f"vllm_worker-{i}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.vllm_worker.main"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self.extra.append(proc)
+        deadline = time.monotonic() + 300
+        async with httpx.AsyncClient(timeout=1) as http:
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((self.var_dir / f"vllm_worker-{i}.log").read_text()[-3000:])
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                        return
+                await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        if self.heartbeats is not None:
+            await self.heartbeats.stop()
+        loop = asyncio.get_running_loop()
+        for p in self.extra:
+            await loop.run_in_executor(None, stop_process, p, 30)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await loop.run_in_executor(None, self.proc.wait, 120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        # Each service has its own process group; clear what is left of them (vLLM's EngineCore
+        # has been seen outliving its worker), so later runs do not share the CPUs with it.
+        pids = [s.get("pid") for s in self.endpoints.get("services", {}).values()]
+        for pid in [*pids, *(p.pid for p in self.extra)]:
+            if pid:
+                kill_group(int(pid))
+
+    async def upload(self, name: str, adapter_dir: Path) -> None:
+        files = {
+            "adapter_model": (
+                "adapter_model.safetensors",
+                (adapter_dir / "adapter_model.safetensors").read_bytes(),
+            ),
+            "adapter_config": ("adapter_config.json", (adapter_dir / "adapter_config.json").read_bytes()),
+        }
+        async with httpx.AsyncClient(timeout=60) as http:
+            r = await http.post(
+                self.registry + "/v1/adapters",
+                data={"name": name},
+                files=files,
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )
+        if r.status_code != 201:
+            raise RuntimeError(f"upload {name}: {r.status_code} {r.text}")
+
+    def resident(self) -> dict[str, int]:
+        """Adapters (besides the zero adapter) each live worker reports resident."""
+        assert self.heartbeats is not None
+        return {w: len(v["adapters"]) for w, v in sorted(self.heartbeats.live().items())}
+
+
+# ------------------------------------------------------------------------------- requests
+
+
+async def one(
+    client: openai.AsyncOpenAI, model: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    ttft = None
+    tokens = 0
+    info: dict[str, Any] = {}
+    stream = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"min_tokens": max_tokens},
+    )
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content and ttft is None:
+            ttft = time.perf_counter() - t0
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+            info = (chunk.model_extra or {}).get("switchyard") or {}
+    loads = [r for r in info.get("breakdown", []) if r.get("stage") == "adapter_load"]
+    return {
+        "model": model,
+        "ttft_s": ttft,
+        "tokens": tokens,
+        "seconds": time.perf_counter() - t0,
+        "worker": info.get("worker", ""),
+        "adapter_loads": loads,
+    }
+
+
+async def warm(client: openai.AsyncOpenAI, models: list[str], every_worker: int) -> int:
+    """Serve each model until `every_worker` distinct workers ran it (spread routing) or once."""
+    msg = prompts(1)[0]
+    sent = 0
+    for model in models:
+        seen: set[str] = set()
+        for _ in range(1 if every_worker <= 1 else 6 * every_worker):
+            r = await one(client, model, msg, max_tokens=2)
+            sent += 1
+            seen.add(r["worker"])
+            if len(seen) >= every_worker:
+                break
+    return sent
+
+
+def pick_models(kind: str, n: int) -> list[str]:
+    names = adapter_names(N_ADAPTERS)
+    if kind == "base":
+        return ["sy-tiny"] * n
+    if kind == "zipf":
+        rng = random.Random(7)
+        weights = [1 / (k**ZIPF_S) for k in range(1, N_ADAPTERS + 1)]
+        return rng.choices(names, weights=weights, k=n)
+    k = int(kind)
+    return [names[i % k] for i in range(n)]  # uniform: round-robin over k adapters
+
+
+async def workload(stack: Stack, name: str, kind: str, n: int, warm_workers: int) -> dict[str, Any]:
+    client = openai.AsyncOpenAI(base_url=stack.gateway, api_key=API_KEY, max_retries=0, timeout=300)
+    models = pick_models(kind, n)
+    random.Random(3).shuffle(models)
+    distinct = sorted(set(models))
+    warm_requests = await warm(client, distinct, warm_workers)
+    await asyncio.sleep(2.5)  # a heartbeat later the router knows what is resident where
+    ps = prompts(n)
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def guarded(model: str, p: list[dict[str, str]]) -> dict[str, Any]:
+        async with sem:
+            return await one(client, model, p)
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(guarded(m, p) for m, p in zip(models, ps, strict=True)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    ttfts = [r["ttft_s"] * 1000 for r in results if r["ttft_s"] is not None]
+    tokens = sum(r["tokens"] for r in results)
+    per_worker: dict[str, int] = {}
+    for r in results:
+        per_worker[r["worker"]] = per_worker.get(r["worker"], 0) + 1
+    loads = [row for r in results for row in r["adapter_loads"]]
+    return {
+        "workload": name,
+        "distinct_models": len(distinct),
+        "requests": n,
+        "concurrency": CONCURRENCY,
+        "warm_requests": warm_requests,
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "tokens_per_s": round(tokens / wall, 1),
+        "ttft_p50_ms": round(pct(ttfts, 0.5), 2),
+        "ttft_p99_ms": round(pct(ttfts, 0.99), 2),
+        "e2e_p50_ms": round(statistics.median(r["seconds"] for r in results) * 1000, 2),
+        "requests_per_worker": dict(sorted(per_worker.items())),
+        "adapter_loads_while_measuring": len(loads),
+        "adapter_loads_downloaded_while_measuring": sum(
+            1 for x in loads if str(x.get("downloaded")) == "True"
+        ),
+        "resident_adapters_after": stack.resident(),
+    }
+
+
+async def cold_load(stack: Stack, name: str, adapter_dir: Path) -> dict[str, Any]:
+    await stack.upload(name, adapter_dir)
+    client = openai.AsyncOpenAI(base_url=stack.gateway, api_key=API_KEY, max_retries=0, timeout=300)
+    msg = prompts(1)[0]
+    try:
+        cold = await one(client, name, msg, max_tokens=1)
+        warm_runs = [await one(client, name, msg, max_tokens=1) for _ in range(5)]
+    finally:
+        await client.close()
+    # A warm request may land on the other worker (spread routing) and load there: keep those out.
+    hot = [r for r in warm_runs if not r["adapter_loads"]] or warm_runs
+    warm_ms = statistics.median(r["seconds"] for r in hot) * 1000
+    row = cold["adapter_loads"][0] if cold["adapter_loads"] else {}
+    cold_ms = cold["seconds"] * 1000
+    return {
+        "adapter": name,
+        "adapter_load_ms": float(row["duration_ms"]) if row else None,
+        "downloaded": str(row.get("downloaded")) == "True" if row else None,
+        "bytes": int(row["bytes"]) if row.get("bytes") else None,
+        "cold_request_ms": round(cold_ms, 2),
+        "warm_request_p50_ms": round(warm_ms, 2),
+        "cold_minus_warm_ms": round(cold_ms - warm_ms, 2),
+        "cold_worker": cold["worker"],
+    }
+
+
+# ------------------------------------------------------------------------------- scenario
+
+
+async def run_stack(
+    label: str, var_dir: Path, model_dir: Path, adapters: dict[str, Path], n: int, workers: int, **env: str
+) -> dict[str, Any]:
+    lora = env.get("SY_VLLM_ENABLE_LORA", "true") == "true"
+    affinity = env.get("SY_ROUTER_ADAPTER_AFFINITY", "true") == "true"
+    stack = Stack(var_dir, model_dir, workers, **env)
+    t0 = time.perf_counter()
+    try:
+        await stack.start()
+        started_s = time.perf_counter() - t0
+        live = len(stack.resident())
+        spread = 1 if affinity else live  # with spread routing, warm every adapter on every worker
+        out: dict[str, Any] = {
+            "run": label,
+            "lora": lora,
+            "adapter_affinity": affinity,
+            "workers": live,
+            "partitions_split_between_workers": stack.split_ok,
+            "partitions": {w: v["partitions"] for w, v in sorted(stack.heartbeats.live().items())},  # type: ignore[union-attr]
+            "startup_s": round(started_s, 1),
+        }
+        plan = [("base", "base")]
+        if lora:
+            for name in adapter_names(N_ADAPTERS):
+                await stack.upload(name, adapters[name])
+            plan += [("1-adapter", "1"), ("4-uniform", "4"), ("16-uniform", "16"), ("16-zipf", "zipf")]
+        results = [await workload(stack, wl, kind, n, spread) for wl, kind in plan]
+        base = results[0]["tokens_per_s"]
+        for r in results:
+            r["ratio_to_run_base"] = round(r["tokens_per_s"] / base, 3)
+        out["workloads"] = {r.pop("workload"): r for r in results}
+        if lora:
+            out["cold_load"] = await cold_load(stack, f"cold-{label}", adapters["cold"])
+        return out
+    finally:
+        await stack.stop()
+
+
+async def run(out: Path, quick: bool = False) -> dict[str, Any]:
+    from shared.models.build import build_model
+
+    t0 = time.perf_counter()
+    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    bench = (out / "lora-scaling").resolve()
+    adapters = await asyncio.to_thread(build_adapters, model_dir, bench / "adapters")
+    n = 16 if quick else 48
+    workers = 2
+    runs: dict[str, dict[str, Any]] = {}
+    for label, env in (
+        ("affinity-on", {"SY_ROUTER_ADAPTER_AFFINITY": "true"}),
+        ("affinity-off", {"SY_ROUTER_ADAPTER_AFFINITY": "false"}),
+        # LoRA off: base only, spread over both workers (as affinity-off spreads base requests).
+        ("lora-off", {"SY_VLLM_ENABLE_LORA": "false", "SY_ROUTER_ADAPTER_AFFINITY": "false"}),
+    ):
+        runs[label] = await run_stack(label, bench / f"var-{label}", model_dir, adapters, n, workers, **env)
+
+    lora_off_base = runs["lora-off"]["workloads"]["base"]["tokens_per_s"]
+    for r in runs.values():
+        for w in r["workloads"].values():
+            w["ratio_to_lora_off_base"] = round(w["tokens_per_s"] / lora_off_base, 3)
+
+    live_workers = min(r["workers"] for r in runs.values())
+    summary: dict[str, Any] = {
+        "workers": live_workers,
+        "affinity_comparison_meaningful": live_workers >= 2,
+        "tokens_per_s": {
+            label: {wl: w["tokens_per_s"] for wl, w in r["workloads"].items()} for label, r in runs.items()
+        },
+        "lora_cost_on_base": {
+            label: runs[label]["workloads"]["base"]["ratio_to_lora_off_base"]
+            for label in ("affinity-on", "affinity-off")
+        },
+    }
+    ratios: dict[str, Any] = {}
+    for label in ("affinity-on", "affinity-off"):
+        wls = runs[label]["workloads"]
+        for wl in ("16-uniform", "16-zipf"):
+            ratios[f"{wl}/{label}"] = {
+                "vs_run_base": wls[wl]["ratio_to_run_base"],
+                "vs_lora_off_base": wls[wl]["ratio_to_lora_off_base"],
+            }
+    summary["16_adapter_ratios"] = ratios
+    on = runs["affinity-on"]["workloads"]
+    summary["target"] = {
+        "rule": f"16 adapters >= {TARGET}x base tokens/s with affinity routing on",
+        "base": "the same run's base workload (LoRA on)",
+        "uniform_met": on["16-uniform"]["ratio_to_run_base"] >= TARGET,
+        "zipf_met": on["16-zipf"]["ratio_to_run_base"] >= TARGET,
+        "met": min(on["16-uniform"]["ratio_to_run_base"], on["16-zipf"]["ratio_to_run_base"]) >= TARGET,
+        "met_vs_lora_off_base": min(
+            on["16-uniform"]["ratio_to_lora_off_base"], on["16-zipf"]["ratio_to_lora_off_base"]
+        )
+        >= TARGET,
+    }
+    summary["cold_load"] = {
+        label: {
+            k: runs[label]["cold_load"][k]
+            for k in ("adapter_load_ms", "downloaded", "cold_request_ms", "warm_request_p50_ms")
+        }
+        for label in ("affinity-on", "affinity-off")
+    }
+    single = [
+        f"{label}/{wl}"
+        for label, r in runs.items()
+        for wl, w in r["workloads"].items()
+        if r["workers"] >= 2 and len(w["requests_per_worker"]) < 2
+    ]
+    if single:
+        # With affinity on, base requests share one key (the model name), hence one partition.
+        summary["served_by_one_worker"] = single
+    if live_workers < 2:
+        summary["note"] = (
+            "one vLLM worker: affinity on/off routes to the same engine, the comparison is not meaningful"
+        )
+    return {
+        "scenario": "lora-scaling",
+        "workload": {
+            "max_tokens": MAX_TOKENS,
+            "min_tokens": MAX_TOKENS,
+            "temperature": 0,
+            "stream": True,
+            "concurrency": CONCURRENCY,
+            "requests_per_workload": n,
+            "zipf_s": ZIPF_S,
+            "adapters": {
+                "count": N_ADAPTERS,
+                "rank": 8,
+                "target_modules": ["q_proj", "v_proj"],
+                "seeds": "1..16",
+            },
+            "vllm_workers": workers,
+            "second_worker": "started by the scenario (python -m services.vllm_worker.main, SY_INSTANCE_ID=vllm_worker-2)",
+            "engine": {
+                "max_loras": "SY_VLLM_MAX_LORAS (default 4)",
+                "max_cpu_loras": "SY_VLLM_MAX_CPU_LORAS (default 16)",
+            },
+            "quick": quick,
+        },
+        "runs": runs,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "summary": summary,
+    }
