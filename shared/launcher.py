@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,10 @@ class Launcher:
         self.children: list[Child] = []
         self.bootstrap = settings.kafka_bootstrap or ""
         self._stopping = asyncio.Event()
+        # Own threads for the blocking pipe reads (one per child, for its lifetime) and the stops:
+        # on the loop's default pool (cpu+4 threads) seven pumps left no thread to stop anything.
+        self._pump_pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="pump")
+        self._stop_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stop")
         self._out = out or sys.stdout
         self.logs_dir = settings.var_dir / "run" / "logs"
 
@@ -156,7 +161,7 @@ class Launcher:
         width = max(len(n) for n in self.names) if self.names else 8
         with open(child.log_path, "ab") as f:  # noqa: ASYNC230 - one open per child start
             while True:
-                line = await loop.run_in_executor(None, proc.stdout.readline)
+                line = await loop.run_in_executor(self._pump_pool, proc.stdout.readline)
                 if not line:
                     break
                 f.write(line)
@@ -243,7 +248,10 @@ class Launcher:
         # Stop in reverse start order so upstream stages stop feeding downstream ones last.
         procs = [c for c in reversed(self.children) if c.proc is not None]
         await asyncio.gather(
-            *(loop.run_in_executor(None, stop_process, c.proc, self.s.drain_timeout_s + 5) for c in procs)
+            *(
+                loop.run_in_executor(self._stop_pool, stop_process, c.proc, self.s.drain_timeout_s + 5)
+                for c in procs
+            )
         )
         for c in self.children:
             if c.pump is not None:
