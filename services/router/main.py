@@ -15,7 +15,7 @@ from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
 
 from .policy import choose_pool
-from .workers import WorkerTable, affinity_partition
+from .workers import WorkerTable, affinity_partition, spread_partition
 
 log = get_logger(__name__)
 
@@ -31,11 +31,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             log.info("no pool", reason=d.reason)
             return [Emit(responses, set_error(env, ErrorCode.NO_POOL, d.reason, "router", http_status=404))]
         env.pool = d.pool.name
-        if not settings.router_adapter_affinity:
-            return [Emit(settings.topic(d.pool.topic_suffix), env)]  # keyed by request id: spread
-        label = f"{env.adapter_ref.name}@{env.adapter_ref.version}" if env.adapter_ref.name else ""
+        topic = settings.topic(d.pool.topic_suffix)
+        if not env.adapter or not settings.router_adapter_affinity:
+            # No affinity wanted: least loaded worker, else keyed by request id (spread).
+            return [Emit(topic, env, partition=spread_partition(workers, d.pool.name))]
+        label = f"{env.adapter_ref.name}@{env.adapter_ref.version}"
         partition, _why = affinity_partition(workers, d.pool.name, label, d.key)
-        return [Emit(settings.topic(d.pool.topic_suffix), env, key=d.key, partition=partition)]
+        return [Emit(topic, env, key=d.key, partition=partition)]
 
     def on_heartbeat(rec: object) -> None:
         workers.update(Heartbeat.FromString(rec.value))  # type: ignore[attr-defined]

@@ -2,8 +2,11 @@
 
 A pool's workers share one consumer group on `sy.infer.<pool>`, so a request reaches a given
 worker by landing on a partition that worker owns (heartbeats list them). Requests for an
-adapter that some live worker already holds go to that worker's partitions; otherwise the
-key (model:adapter) hashes to a partition, which also keeps one adapter on one worker.
+adapter go to a live worker that already holds it, the least loaded one; when every holder
+is saturated they spill to the least loaded other worker (which then holds it too). With no
+heartbeats yet, the key (model:adapter) hashes to a partition, which keeps one adapter on one
+worker. Load is the heartbeat's in-flight count plus what the router sent since that
+heartbeat, so a burst between two heartbeats does not all land on one worker.
 """
 
 from __future__ import annotations
@@ -19,10 +22,19 @@ from switchyard.v1.events_pb2 import Heartbeat
 class Worker:
     hb: Heartbeat
     seen: float
+    sent_since: int = 0  # requests routed to it since its last heartbeat
+
+    @property
+    def in_flight(self) -> int:
+        return self.hb.in_flight + self.sent_since
 
     @property
     def load(self) -> float:
-        return self.hb.in_flight / max(1, self.hb.max_in_flight)
+        return self.in_flight / max(1, self.hb.max_in_flight)
+
+    @property
+    def saturated(self) -> bool:
+        return self.in_flight >= max(1, self.hb.max_in_flight)
 
 
 class WorkerTable:
@@ -49,16 +61,29 @@ def _stable_index(key: str, n: int) -> int:
 def affinity_partition(
     table: WorkerTable, pool: str, adapter_label: str, key: str, now: float | None = None
 ) -> tuple[int | None, str]:
-    """A partition of a live, not saturated worker holding `adapter_label`; None = hash the key."""
+    """The partition for an adapter request, and why; None = let the key hash choose."""
     if not adapter_label:
         return None, "hash"
-    holders = [
-        w
-        for w in table.live(pool, now)
-        if adapter_label in w.hb.adapters and w.hb.in_flight < w.hb.max_in_flight
-    ]
-    if not holders:
-        return None, "hash"
-    best = min(holders, key=lambda w: (w.load, w.hb.worker_id))
+    live = table.live(pool, now)
+    holders = [w for w in live if adapter_label in w.hb.adapters and not w.saturated]
+    if holders:
+        best, why = min(holders, key=lambda w: (w.load, w.hb.worker_id)), "resident"
+    else:
+        others = [w for w in live if not w.saturated]
+        if not others or not any(adapter_label in w.hb.adapters for w in live):
+            return None, "hash"  # nobody holds it yet: the key's partition, so it settles on one worker
+        best, why = min(others, key=lambda w: (w.load, w.hb.worker_id)), "spill (holders saturated)"
+    best.sent_since += 1
     parts = sorted(best.hb.partitions)
-    return parts[_stable_index(key, len(parts))], f"resident on {best.hb.worker_id}"
+    return parts[_stable_index(key, len(parts))], f"{why} on {best.hb.worker_id}"
+
+
+def spread_partition(table: WorkerTable, pool: str, now: float | None = None) -> int | None:
+    """Base-model requests need no affinity: the least loaded live worker (None = hash by id)."""
+    live = table.live(pool, now)
+    if not live:
+        return None
+    best = min(live, key=lambda w: (w.load, w.hb.worker_id))
+    best.sent_since += 1
+    parts = sorted(best.hb.partitions)
+    return parts[best.sent_since % len(parts)]

@@ -11,7 +11,7 @@ from switchyard.v1.envelope_pb2 import AdapterRef
 from switchyard.v1.events_pb2 import Heartbeat
 
 from services.preprocess.adapters import AdapterPinner
-from services.router.workers import WorkerTable, affinity_partition
+from services.router.workers import WorkerTable, affinity_partition, spread_partition
 from services.vllm_worker.adapters import AdapterCache, lora_id
 from shared.adapter_refs import parse_ref
 from shared.envelope import Envelope, Rejected
@@ -156,12 +156,30 @@ def test_affinity_prefers_a_live_unsaturated_worker_holding_the_adapter() -> Non
     table.update(hb("w1", ["math@1"], [0, 1]), now=100)
     table.update(hb("w2", ["code@2"], [2, 3]), now=100)
     part, why = affinity_partition(table, "vllm", "code@2", "sy-tiny:code", now=101)
-    assert part in (2, 3) and "w2" in why
+    assert part in (2, 3) and "resident on w2" in why
     assert affinity_partition(table, "vllm", "code@2", "sy-tiny:code", now=101)[0] == part  # stable
     assert affinity_partition(table, "vllm", "new@1", "sy-tiny:new", now=101) == (None, "hash")
     assert affinity_partition(table, "vllm", "", "sy-tiny", now=101) == (None, "hash")
-    assert affinity_partition(table, "vllm", "code@2", "k", now=120)[0] is None  # w2's heartbeat is stale
-    table.update(hb("w2", ["code@2"], [2, 3], in_flight=4), now=120)
-    assert affinity_partition(table, "vllm", "code@2", "k", now=121)[0] is None  # saturated
-    table.update(hb("w1", ["math@1", "code@2"], [0, 1], in_flight=1), now=121)
-    assert affinity_partition(table, "vllm", "code@2", "k", now=121)[0] in (0, 1)
+    assert affinity_partition(table, "vllm", "code@2", "k", now=120)[0] is None  # heartbeats are stale
+
+
+def test_a_burst_spills_from_a_saturated_holder_to_the_least_loaded_worker() -> None:
+    table = WorkerTable(stale_after_s=6)
+    table.update(hb("w1", [], [0, 1]), now=100)
+    table.update(hb("w2", ["code@2"], [2, 3], in_flight=2), now=100)
+    # max_in_flight 4: two more fit on w2 (counting what the router sent since the heartbeat)
+    parts = [affinity_partition(table, "vllm", "code@2", "k", now=101) for _ in range(4)]
+    assert [p in (2, 3) for p, _ in parts] == [True, True, False, False]
+    assert "spill" in parts[2][1]
+    table.update(hb("w1", [], [0, 1], in_flight=4), now=102)
+    table.update(hb("w2", ["code@2"], [2, 3], in_flight=4), now=102)
+    assert affinity_partition(table, "vllm", "code@2", "k", now=102) == (None, "hash")  # all saturated
+
+
+def test_base_requests_spread_over_live_workers() -> None:
+    table = WorkerTable(stale_after_s=6)
+    assert spread_partition(table, "vllm", now=100) is None  # no heartbeats yet: hash by request id
+    table.update(hb("w1", [], [0, 1]), now=100)
+    table.update(hb("w2", [], [2, 3]), now=100)
+    parts = [spread_partition(table, "vllm", now=101) for _ in range(8)]
+    assert sum(p in (0, 1) for p in parts) == 4 and sum(p in (2, 3) for p in parts) == 4
