@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
 from shared.embedded.kafka import EmbeddedKafka
+from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
 from shared.topics import ensure_topics
 
@@ -77,6 +78,9 @@ class Launcher:
         self.kafka: EmbeddedKafka | None = None
         self.children: list[Child] = []
         self.bootstrap = settings.kafka_bootstrap or ""
+        self.milvus: EmbeddedMilvus | None = None
+        self.milvus_uri = settings.milvus_uri or ""
+        self._milvus_start: asyncio.Future[None] | None = None
         self._stopping = asyncio.Event()
         # Own threads for the blocking pipe reads (one per child, for its lifetime) and the stops:
         # on the loop's default pool (cpu+4 threads) seven pumps left no thread to stop anything.
@@ -117,6 +121,31 @@ class Launcher:
         created = await self._ensure_topics()
         self.say(f"kafka: {len(created)} topics created")
 
+    # ---------------------------------------------------------------- vector store
+    async def start_milvus(self) -> None:
+        """Embedded Milvus unless SY_MILVUS_URI is set; it starts in the background (7-10 s, more on
+        first run when its binaries unpack): the cache service waits for it in its readiness."""
+        if self.s.milvus_uri:
+            self.say(f"milvus: using {self.s.milvus_uri} (SY_MILVUS_URI)")
+            return
+        if "cache" not in self.names:
+            return
+        self.milvus = EmbeddedMilvus(self.s.var_dir)
+        loop = asyncio.get_running_loop()
+        self.milvus_uri = await loop.run_in_executor(None, self.milvus.prepare)
+        self._milvus_start = loop.run_in_executor(None, self.milvus.start)
+        self.say(
+            f"milvus: embedded Milvus standalone starting on {self.milvus_uri} (data {self.milvus.base_dir})"
+        )
+
+    def _milvus_died(self) -> bool:
+        return (
+            self.milvus is not None
+            and self._milvus_start is not None
+            and self._milvus_start.done()
+            and not self.milvus.alive()
+        )
+
     # ---------------------------------------------------------------- services
     def _env_for(self, name: str, port: int) -> dict[str, str]:
         env = dict(os.environ)
@@ -126,6 +155,8 @@ class Launcher:
         env["SY_INSTANCE_ID"] = f"{name}-1"
         env.setdefault("SY_VAR_DIR", str(self.s.var_dir))
         env.setdefault("SY_TRACE_FILE", str(self.s.var_dir / "run" / "spans.jsonl"))
+        if self.milvus_uri:
+            env["SY_MILVUS_URI"] = self.milvus_uri
         # The registry starts first; its port may not be 8001 when that was busy.
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
@@ -197,6 +228,8 @@ class Launcher:
         data: dict[str, object] = {
             "kafka": self.bootstrap,
             "embedded_kafka": self.kafka is not None,
+            "milvus": self.milvus_uri,
+            "embedded_milvus": self.milvus is not None,
             "launcher_pid": os.getpid(),
             "services": {
                 c.name: {
@@ -223,6 +256,9 @@ class Launcher:
                 self.kafka.start()
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
+            if self._milvus_died():
+                self.say("milvus: embedded server exited; restarting it on the same ports")
+                self._milvus_start = asyncio.get_running_loop().run_in_executor(None, self.milvus.start)  # type: ignore[union-attr]
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode
@@ -258,6 +294,11 @@ class Launcher:
                 await asyncio.gather(c.pump, return_exceptions=True)
         if self.kafka is not None:
             self.kafka.stop()
+        if self.milvus is not None:  # bounded: SIGTERM, then SIGKILL (it ignores SIGTERM for long)
+            await loop.run_in_executor(None, self.milvus.stop)
+            if self._milvus_start is not None:  # a start still unpacking or waiting gives up once killed
+                await asyncio.wait({self._milvus_start}, timeout=30)
+            await loop.run_in_executor(None, self.milvus.stop)
         endpoints_file(self.s).unlink(missing_ok=True)
 
 
@@ -270,6 +311,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
     rc = 0
     try:
         await launcher.start_broker()
+        await launcher.start_milvus()
         await launcher.start_services()
         ready = asyncio.create_task(launcher.wait_ready())
         stopper = asyncio.create_task(stop_requested.wait())

