@@ -1,0 +1,154 @@
+"""Offline evaluation of the cache's hit decision: precision, recall and false-hit rate vs threshold.
+
+Data: fow-cache's 600 labelled question pairs (300 should-hit: near_repeat/paraphrase; 300 traps:
+negation, entity_swap, number_date, scope) plus an own set generated below from templates
+(`own_pairs`: each template yields a paraphrase pair and near-miss negatives by swapping a number,
+negating, swapping the two entities, or changing the scope noun). Each pair (a = cached prompt,
+b = new prompt) is scored with MiniLM cosine (the embedder the cache uses); a "hit" is cosine >=
+threshold, and with the verifier also `Verifier.check(b, a, cosine)`. Milvus is not involved (a
+pair's top-1 candidate is its partner). Run: `python -m loadtests.cache_eval [--json out.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from services.cache.embed import load_minilm
+from services.cache.verify import Verifier
+
+TEMPLATES = [
+    ("How do I cancel order {n} from {x}?", "How can I cancel my {x} order {n}?", "{y}"),
+    (
+        "Can I return {thing} bought in {x} after {n} days?",
+        "Is it possible to return {thing} from {x} after {n} days?",
+        "{y}",
+    ),
+    (
+        "What is the fee for sending {n} parcels to {x}?",
+        "How much does it cost to send {n} parcels to {x}?",
+        "{y}",
+    ),
+    ("Does the {thing} plan include {x} support?", "Is {x} support part of the {thing} plan?", "{y}"),
+]
+FILL = [
+    {"n": "3", "m": "5", "x": "Amazon", "y": "eBay", "thing": "shoes", "other": "laptops"},
+    {"n": "14", "m": "30", "x": "France", "y": "Spain", "thing": "premium", "other": "basic"},
+    {"n": "2", "m": "20", "x": "Germany", "y": "Italy", "thing": "family", "other": "student"},
+]
+
+
+def own_pairs() -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for a_t, b_t, _ in TEMPLATES:
+        for f in FILL:
+            a = a_t.format(**f)
+            out.append({"category": "own_paraphrase", "a": a, "b": b_t.format(**f), "same_answer": True})
+            out.append(
+                {
+                    "category": "own_number",
+                    "a": a,
+                    "b": b_t.format(**{**f, "n": f["m"]}),
+                    "same_answer": False,
+                }
+            )
+            out.append(
+                {
+                    "category": "own_entity",
+                    "a": a,
+                    "b": b_t.format(**{**f, "x": f["y"]}),
+                    "same_answer": False,
+                }
+            )
+            out.append(
+                {
+                    "category": "own_scope",
+                    "a": a,
+                    "b": b_t.format(**{**f, "thing": f["other"]}),
+                    "same_answer": False,
+                }
+            )
+            neg = (
+                b_t.format(**f)
+                .replace("Can I", "Can't I")
+                .replace("Does", "Doesn't")
+                .replace("Is ", "Isn't ")
+            )
+            if neg != b_t.format(**f):
+                out.append({"category": "own_negation", "a": a, "b": neg, "same_answer": False})
+    return [p for p in out if p["a"] != p["b"]]
+
+
+def score(
+    pairs: list[dict[str, object]], sims: np.ndarray, thr: float, verifier: Verifier | None
+) -> dict[str, float]:
+    tp = fp = pos = neg = 0
+    for p, s in zip(pairs, sims, strict=True):
+        hit = s >= thr and (verifier is None or verifier.check(str(p["b"]), str(p["a"]), float(s)).ok)
+        if p["same_answer"]:
+            pos += 1
+            tp += hit
+        else:
+            neg += 1
+            fp += hit
+    return {
+        "threshold": thr,
+        "recall": tp / max(pos, 1),
+        "false_hit_rate": fp / max(neg, 1),
+        "precision": tp / max(tp + fp, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="")
+    ap.add_argument("--default-floor", type=float, default=0.80)
+    args = ap.parse_args()
+    from fow_cache.data import load_questions
+
+    encode = load_minilm()
+    sets = {"fow-cache": load_questions(), "own": own_pairs()}
+    report: dict[str, object] = {"embedder": "all-MiniLM-L6-v2 (sentence-transformers, cpu)"}
+    for name, pairs in sets.items():
+        t0 = time.perf_counter()
+        va = encode([str(p["a"]) for p in pairs])
+        vb = encode([str(p["b"]) for p in pairs])
+        sims = (va * vb).sum(axis=1)
+        emb_ms = (time.perf_counter() - t0) * 1000
+        v = Verifier()
+        t1 = time.perf_counter()
+        for p, s in zip(pairs, sims, strict=True):
+            v.check(str(p["b"]), str(p["a"]), float(s))
+        verify_us = (time.perf_counter() - t1) / len(pairs) * 1e6
+        rows = []
+        for thr in [0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99]:
+            rows.append(
+                {"cosine_only": score(pairs, sims, thr, None), "with_verifier": score(pairs, sims, thr, v)}
+            )
+        d = score(pairs, sims, args.default_floor, v)
+        report[name] = {
+            "pairs": len(pairs),
+            "embed_ms_total": round(emb_ms, 1),
+            "verify_us_per_pair": round(verify_us, 1),
+            "curve": rows,
+            "default": d,
+        }
+        print(f"== {name}: {len(pairs)} pairs; verifier {verify_us:.1f} us/pair")
+        print("thr    cosine: recall  FHR   prec | verifier: recall  FHR   prec")
+        for r in rows:
+            c, w = r["cosine_only"], r["with_verifier"]
+            print(
+                f"{c['threshold']:.2f}          {c['recall']:.3f} {c['false_hit_rate']:.3f} {c['precision']:.3f} |"
+                f"           {w['recall']:.3f} {w['false_hit_rate']:.3f} {w['precision']:.3f}"
+            )
+        print(f"default floor {args.default_floor}: {d}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
