@@ -137,6 +137,7 @@ class Stack:
             SY_LOG_LEVEL="WARNING",
             SY_KAFKA_PORT=str(free_port()),
             SY_DRAIN_TIMEOUT_S="5",
+            SY_CACHE_ENABLED="false",  # prompts repeat across workloads: measure serving, not the cache
             SY_API_KEYS=json.dumps({API_KEY: "bench"}),
             SY_POOLS=json.dumps(POOLS),
             PYTHONUNBUFFERED="1",

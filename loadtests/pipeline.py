@@ -162,6 +162,7 @@ def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[byt
         SY_LOG_LEVEL="WARNING",
         SY_KAFKA_PORT=str(free_port()),
         SY_VLLM_ENABLE_LORA="false",
+        SY_CACHE_ENABLED="false",  # the workload repeats prompts: this scenario measures serving
         PYTHONUNBUFFERED="1",
     )
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115

@@ -128,7 +128,7 @@ class Launcher:
         if self.s.milvus_uri:
             self.say(f"milvus: using {self.s.milvus_uri} (SY_MILVUS_URI)")
             return
-        if "cache" not in self.names:
+        if "cache" not in self.names or not self.s.cache_enabled:
             return
         self.milvus = EmbeddedMilvus(self.s.var_dir)
         loop = asyncio.get_running_loop()

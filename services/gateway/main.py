@@ -39,6 +39,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             **client_kwargs(settings),  # type: ignore[arg-type]
             group_id=None,
             enable_auto_commit=False,
+            # An offset out of range means the broker lost its data (embedded restart): read from
+            # the start rather than skip replies written while the reset is resolved.
+            auto_offset_reset="earliest",
             fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
             max_partition_fetch_bytes=settings.kafka_max_request_bytes,
             client_id=f"gateway-{settings.instance_id}",
@@ -53,11 +56,15 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             ]
             consumer.assign(tps)
             saved = store.offsets()
+            ends = await consumer.end_offsets(tps)
             for tp in tps:
-                if tp.topic == responses_topic and (tp.topic, tp.partition) in saved:
-                    consumer.seek(
-                        tp, saved[(tp.topic, tp.partition)]
-                    )  # resume: async results written meanwhile
+                at = saved.get((tp.topic, tp.partition))
+                if tp.topic == responses_topic and at is not None and at <= ends.get(tp, 0):
+                    consumer.seek(tp, at)  # resume: async results written meanwhile
+                elif tp.topic == responses_topic and at is not None:
+                    # Saved past the end: the broker was reset (the embedded one starts empty), so
+                    # everything on it is newer than our offsets.
+                    await consumer.seek_to_beginning(tp)
                 else:
                     await consumer.seek_to_end(tp)
             reader_ready.set()

@@ -40,6 +40,9 @@ class Pipeline:
             SY_DRAIN_TIMEOUT_S="5",
             PYTHONUNBUFFERED="1",
             SY_API_KEYS=json.dumps({"sk-a": "tenant-a", "sk-b": "tenant-b"}),
+            # Repeated temperature-0 prompts would be cache hits; these tests are about serving.
+            # The semantic cache has its own tests (tests/integration/test_cache_milvus.py).
+            SY_CACHE_ENABLED="false",
             # a second pool that no worker serves: requests for its model can only time out
             SY_POOLS=json.dumps(
                 [

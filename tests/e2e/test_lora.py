@@ -182,3 +182,23 @@ def test_tenant_isolation_for_list_get_use_delete(
     assert r.status_code == 201, r.text
     assert chat(client_b, "shared-one").choices[0].message.content
     assert httpx.delete(reg + "/v1/adapters/shared-one", headers=B).status_code == 403
+
+
+def test_heartbeats_list_resident_adapters_and_partitions(published, lora_pipeline, client_a) -> None:
+    import asyncio
+
+    from switchyard.v1.events_pb2 import Heartbeat
+
+    from tests.helpers.kafka import collect
+
+    assert chat(client_a, "beta").choices[0].message.content is not None
+    start = time.time_ns()
+
+    def fresh_with_beta(recs) -> bool:
+        hbs = [Heartbeat.FromString(r.value) for r in recs]
+        return any(h.sent_unix_ns > start and "beta@1" in h.adapters for h in hbs)
+
+    recs = asyncio.run(collect(lora_pipeline.endpoints["kafka"], "sy.heartbeats", 0, 20, until=fresh_with_beta))
+    hb = [Heartbeat.FromString(r.value) for r in recs][-1]
+    assert "beta@1" in hb.adapters and "sy-base-zero" not in " ".join(hb.adapters)
+    assert sorted(hb.partitions) == [0, 1, 2, 3] and hb.max_lora_rank == 8
