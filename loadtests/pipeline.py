@@ -187,7 +187,14 @@ def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[byt
 def run_direct_engine(model_dir: Path, levels: list[tuple[int, int]]) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "loadtests.direct_engine", str(model_dir), json.dumps(levels), str(MAX_TOKENS)],
+        [
+            sys.executable,
+            "-m",
+            "loadtests.direct_engine",
+            str(model_dir),
+            json.dumps(levels),
+            str(MAX_TOKENS),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

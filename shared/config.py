@@ -241,10 +241,13 @@ class Settings(BaseSettings):
 
     # --- Semantic cache ---------------------------------------------------------------
     milvus_uri: str | None = Field(
-        default=None, description="Milvus URI (http://host:19530); unset = the launcher starts embedded Milvus"
+        default=None,
+        description="Milvus URI (http://host:19530); unset = the launcher starts embedded Milvus",
     )
     milvus_collection: str = Field(
-        default="sy_cache", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$", description="Collection of cache entries"
+        default="sy_cache",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,254}$",
+        description="Collection of cache entries",
     )
     cache_enabled: bool = Field(default=True, description="Serve and store cache entries (off: pass-through)")
     cache_similarity_floor: float = Field(
@@ -256,10 +259,14 @@ class Settings(BaseSettings):
     cache_novel_floor: float = Field(
         default=0.90, ge=0, le=1, description="Verifier: similarity needed when content words differ"
     )
-    cache_verify: bool = Field(default=True, description="Verify semantic candidates (numbers, negation, entities)")
+    cache_verify: bool = Field(
+        default=True, description="Verify semantic candidates (numbers, negation, entities)"
+    )
     cache_top_k: int = Field(default=5, ge=1, le=100, description="Semantic candidates fetched per lookup")
     cache_ttl_s: float = Field(default=86400.0, gt=0, description="Lifetime of a cache entry")
-    cache_sweep_interval_s: float = Field(default=60.0, gt=0, description="How often expired entries are deleted")
+    cache_sweep_interval_s: float = Field(
+        default=60.0, gt=0, description="How often expired entries are deleted"
+    )
     cache_sampled_tenants: list[str] = Field(
         default_factory=list, description="JSON list of tenants whose temperature>0 requests are cached too"
     )

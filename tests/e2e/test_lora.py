@@ -198,7 +198,9 @@ def test_heartbeats_list_resident_adapters_and_partitions(published, lora_pipeli
         hbs = [Heartbeat.FromString(r.value) for r in recs]
         return any(h.sent_unix_ns > start and "beta@1" in h.adapters for h in hbs)
 
-    recs = asyncio.run(collect(lora_pipeline.endpoints["kafka"], "sy.heartbeats", 0, 20, until=fresh_with_beta))
+    recs = asyncio.run(
+        collect(lora_pipeline.endpoints["kafka"], "sy.heartbeats", 0, 20, until=fresh_with_beta)
+    )
     hb = [Heartbeat.FromString(r.value) for r in recs][-1]
     assert "beta@1" in hb.adapters and "sy-base-zero" not in " ".join(hb.adapters)
     assert sorted(hb.partitions) == [0, 1, 2, 3] and hb.max_lora_rank == 8
