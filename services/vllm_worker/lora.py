@@ -159,6 +159,7 @@ class LoraManager:
                 rank=v.rank,
                 base_model=v.base_model,
                 size_bytes=v.size_bytes,
+                config_sha256=v.config_sha256,
             )
             entry, _ = await self.cache.acquire(ref)
             self.cache.release(entry)

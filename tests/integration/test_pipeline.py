@@ -77,7 +77,7 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
     starts = [t.start_ns for t in got.timings]
     assert starts == sorted(starts), "timings are in pipeline order"
     assert got.pool == "vllm"
-    assert rec.key == b"sy-tiny"  # infer.* keyed by model/adapter for affinity
+    assert rec.key == got.request_id.encode()  # base requests need no affinity: spread by request id
     # One trace across the three stages, continuing the producer's context.
     assert trace_id_of(rec.headers) == trace_id
     json_rec = by_id["r-json"]
