@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -102,11 +103,8 @@ def score(
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default="")
-    ap.add_argument("--default-floor", type=float, default=0.80)
-    args = ap.parse_args()
+def evaluate(default_floor: float = 0.80, verbose: bool = True) -> dict[str, object]:
+    """Precision/recall/false-hit rate by threshold, cosine only and with the verifier."""
     from fow_cache.data import load_questions
 
     encode = load_minilm()
@@ -128,7 +126,7 @@ def main() -> None:
             rows.append(
                 {"cosine_only": score(pairs, sims, thr, None), "with_verifier": score(pairs, sims, thr, v)}
             )
-        d = score(pairs, sims, args.default_floor, v)
+        d = score(pairs, sims, default_floor, v)
         report[name] = {
             "pairs": len(pairs),
             "embed_ms_total": round(emb_ms, 1),
@@ -136,15 +134,34 @@ def main() -> None:
             "curve": rows,
             "default": d,
         }
-        print(f"== {name}: {len(pairs)} pairs; verifier {verify_us:.1f} us/pair")
-        print("thr    cosine: recall  FHR   prec | verifier: recall  FHR   prec")
-        for r in rows:
-            c, w = r["cosine_only"], r["with_verifier"]
-            print(
-                f"{c['threshold']:.2f}          {c['recall']:.3f} {c['false_hit_rate']:.3f} {c['precision']:.3f} |"
-                f"           {w['recall']:.3f} {w['false_hit_rate']:.3f} {w['precision']:.3f}"
-            )
-        print(f"default floor {args.default_floor}: {d}")
+        if verbose:
+            print(f"== {name}: {len(pairs)} pairs; verifier {verify_us:.1f} us/pair")
+            print("thr    cosine: recall  FHR   prec | verifier: recall  FHR   prec")
+            for r in rows:
+                c, w = r["cosine_only"], r["with_verifier"]
+                print(
+                    f"{c['threshold']:.2f}          {c['recall']:.3f} {c['false_hit_rate']:.3f} {c['precision']:.3f} |"
+                    f"           {w['recall']:.3f} {w['false_hit_rate']:.3f} {w['precision']:.3f}"
+                )
+            print(f"default floor {default_floor}: {d}")
+    report["summary"] = {
+        name: {"default_floor": default_floor, **report[name]["default"]}  # type: ignore[index]
+        for name in sets
+    }
+    return report
+
+
+async def run(out: Path, quick: bool = False) -> dict[str, object]:
+    """`make bench` entry (scenario cache-eval)."""
+    return evaluate()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="")
+    ap.add_argument("--default-floor", type=float, default=0.80)
+    args = ap.parse_args()
+    report = evaluate(args.default_floor)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
