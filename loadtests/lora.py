@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -159,6 +160,8 @@ class Stack:
         return self.endpoints["services"]["registry"]["url"]
 
     async def start(self) -> None:
+        # A fresh state dir per run: a previous run's adapter caches would make the cold load warm.
+        shutil.rmtree(self.var_dir, ignore_errors=True)
         self.var_dir.mkdir(parents=True, exist_ok=True)
         endpoints = self.var_dir / "run" / "endpoints.json"
         endpoints.unlink(missing_ok=True)
