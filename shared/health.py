@@ -25,6 +25,9 @@ class Health:
         self.started = time.time()
         self._checks: dict[str, Callable[[], bool]] = {}
         self.draining = False
+        # False while the service is still being built: its checks are not all registered yet,
+        # and an empty list of checks must not read as ready.
+        self.built = False
 
     def add_check(self, name: str, check: Callable[[], bool]) -> None:
         self._checks[name] = check
@@ -36,6 +39,7 @@ class Health:
                 results[name] = bool(check())
             except Exception:  # noqa: BLE001 - a failing check means not ready
                 results[name] = False
+        results["built"] = self.built
         return (not self.draining and all(results.values())), results
 
     def routes(self) -> list[Route]:

@@ -61,6 +61,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
         health.add_check(f"consumer:{c.stage}", c.assigned)
     if svc.app is not None:
         root.router.routes.append(Mount("/", app=svc.app))
+    health.built = True
     log.info("service starting", port=http.port, topics=[t for c in svc.consumers for t in c.topics])
 
     tasks = [asyncio.create_task(c.run(), name=f"consume:{c.stage}") for c in svc.consumers]
