@@ -20,25 +20,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
-from shared.telemetry import ERRORS, STAGE_SECONDS, add_timing, get_logger
+from shared.openai_errors import error_body, error_response, error_type
+from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
-from .openai_format import StreamDeduper, chunk, error_body, response_body, to_envelope
+from .openai_format import StreamDeduper, chunk, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
 
 log = get_logger(__name__)
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    504: "timeout_error",
-}
 
 
 class ApiError(Exception):
@@ -48,8 +37,7 @@ class ApiError(Exception):
 
 
 def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    ERRORS.labels("gateway", code).inc()
-    return JSONResponse(error_body(message, _ERROR_TYPES.get(status, "server_error"), code, param), status)
+    return error_response("gateway", status, message, code, param)
 
 
 @dataclass
@@ -271,7 +259,7 @@ def create_app(backend: Backend) -> FastAPI:
                 yield event(
                     error_body(
                         final.error.message,
-                        _ERROR_TYPES.get(final.error.http_status, "server_error"),
+                        error_type(final.error.http_status),
                         final.error.code,
                     )
                 )

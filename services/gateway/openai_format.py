@@ -108,12 +108,6 @@ def to_envelope(
     return env
 
 
-def error_body(
-    message: str, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
 def _usage(env: Envelope) -> dict[str, int]:
     u = env.response.usage
     return {

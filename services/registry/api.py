@@ -17,37 +17,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.config import Settings
+from shared.openai_errors import error_response as openai_error
 from shared.registry_client import Adapter, Manifest
-from shared.telemetry import ERRORS, get_logger
+from shared.telemetry import get_logger
 
 from .catalog import Catalog
 from .validate import TENANT_RE, RegistryError, check_name, check_upload, parse_adapter_config
 
 log = get_logger(__name__)
 
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
-}
 FORM_OVERHEAD = 2 * 1024 * 1024  # adapter_config.json, the text fields and multipart framing
 
 
 def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    ERRORS.labels("registry", code).inc()
-    body = {
-        "error": {
-            "message": message,
-            "type": _ERROR_TYPES.get(status, "server_error"),
-            "code": code,
-            "param": param,
-        }
-    }
-    return JSONResponse(body, status)
+    return openai_error("registry", status, message, code, param)
 
 
 class UploadLimit:
