@@ -273,6 +273,11 @@ class Settings(BaseSettings):
     cache_skip_length_tenants: list[str] = Field(
         default_factory=list, description="JSON list of tenants whose length-cut answers are not stored"
     )
+    cache_model_version_window_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A model version reported by a worker heartbeat within this window is live (cache)",
+    )
     cache_embed_max_batch: int = Field(default=32, ge=1, description="Prompts embedded in one batch")
     cache_embed_window_ms: float = Field(
         default=1.0, ge=0, description="How long a batch waits for more prompts to embed"

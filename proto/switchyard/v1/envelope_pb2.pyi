@@ -235,16 +235,18 @@ class Choice(_message.Message):
     def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("choices", "usage", "pool", "worker")
+    __slots__ = ("choices", "usage", "pool", "worker", "model_version")
     CHOICES_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     choices: _containers.RepeatedCompositeFieldContainer[Choice]
     usage: Usage
     pool: str
     worker: str
-    def __init__(self, choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., pool: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
+    model_version: str
+    def __init__(self, choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., pool: _Optional[str] = ..., worker: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class Envelope(_message.Message):
     __slots__ = ("request_id", "tenant", "kind", "model", "adapter", "request", "media", "priority", "deadline_unix_ms", "reply_to", "batch_id", "rollout", "policy_version", "timings", "cache", "error", "tokens", "response", "pool", "created_unix_ns", "metadata", "adapter_ref")
