@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(
         default=20.0, ge=0, description="How long SIGTERM waits for in-flight records"
     )
+    ready_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long `switchyard up` waits for every service to be ready (engines load slowly on busy CPUs)",
+    )
     dlq_max_original_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=0,
@@ -257,7 +262,13 @@ class Settings(BaseSettings):
         default_factory=dict, description='JSON map tenant -> similarity floor, e.g. {"acme": 0.9}'
     )
     cache_novel_floor: float = Field(
-        default=0.90, ge=0, le=1, description="Verifier: similarity needed when content words differ"
+        default=0.85, ge=0, le=1, description="Verifier: similarity needed when content words differ"
+    )
+    cache_added_floor: float = Field(
+        default=0.95,
+        ge=0,
+        le=1,
+        description="Verifier: similarity needed when one side only adds content words (a constraint)",
     )
     cache_verify: bool = Field(
         default=True, description="Verify semantic candidates (numbers, negation, entities)"

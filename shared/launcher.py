@@ -313,7 +313,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
         await launcher.start_broker()
         await launcher.start_milvus()
         await launcher.start_services()
-        ready = asyncio.create_task(launcher.wait_ready())
+        ready = asyncio.create_task(launcher.wait_ready(settings.ready_timeout_s))
         stopper = asyncio.create_task(stop_requested.wait())
         await asyncio.wait([ready, stopper], return_when=asyncio.FIRST_COMPLETED)
         if ready.done():

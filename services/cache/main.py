@@ -116,7 +116,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             store,
             embedder,
             policy,
-            Verifier(novel_floor=settings.cache_novel_floor, enabled=settings.cache_verify),
+            Verifier(
+                novel_floor=settings.cache_novel_floor,
+                added_floor=settings.cache_added_floor,
+                enabled=settings.cache_verify,
+            ),
             top_k=settings.cache_top_k,
             versions=LiveVersions(settings.cache_model_version_window_s),
         )

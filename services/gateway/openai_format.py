@@ -129,7 +129,12 @@ def switchyard_info(env: Envelope, e2e_ms: float | None = None) -> dict[str, Any
         "stages_total_ms": round(sum(float(r["duration_ms"]) for r in top), 3),
     }
     if env.cache.hit:
-        info["cache"] = {"hit": True, "similarity": env.cache.similarity, "entry_id": env.cache.entry_id}
+        info["cache"] = {
+            "hit": True,
+            "tier": env.cache.tier,
+            "similarity": env.cache.similarity,
+            "entry_id": env.cache.entry_id,
+        }
     if e2e_ms is not None:
         info["e2e_ms"] = round(e2e_ms, 3)
     return info
