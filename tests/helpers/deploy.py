@@ -599,6 +599,43 @@ def overlay_config(directory: Path = OVERLAY) -> tuple[dict[str, str], dict[str,
     return config, secrets
 
 
+def _generated(name: str | None, base: str) -> bool:
+    """The generator's name, or kustomize's rendering of it with a content hash."""
+    return name is not None and re.fullmatch(rf"{re.escape(base)}(-[a-z0-9]{{10}})?", name) is not None
+
+
+def render_overlay(workdir: Path, overlay: str = "production") -> list[dict[str, Any]] | None:
+    """`kubectl kustomize` of a copy of deploy/k8s (secrets.env from its example); None without kubectl."""
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    tree = workdir / "k8s"
+    shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns("secrets.env"))
+    for example in tree.glob("overlays/*/secrets.env.example"):
+        shutil.copy(example, example.with_name("secrets.env"))
+    out = subprocess.run(
+        [kubectl, "kustomize", str(tree / "overlays" / overlay)], capture_output=True, text=True, timeout=120
+    )
+    if out.returncode != 0:
+        raise AssertionError(f"kubectl kustomize failed: {out.stderr}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def rendered_config(docs: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    config: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        if doc["kind"] == "ConfigMap" and _generated(name, "switchyard-config"):
+            config = {k: str(v) for k, v in doc["data"].items()}
+        elif doc["kind"] == "Secret" and _generated(name, "switchyard-secrets"):
+            secrets = {k: DUMMY_SECRETS.get(k, f"dummy-{k.lower()}") for k in doc["data"]}
+    return config, secrets
+
+
 def workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
 
@@ -609,9 +646,9 @@ def container_env(
     env: dict[str, str] = {}
     problems = []
     for src in container.get("envFrom", []):
-        if src.get("configMapRef", {}).get("name") == "switchyard-config":
+        if _generated(src.get("configMapRef", {}).get("name"), "switchyard-config"):
             env.update(config)
-        elif src.get("secretRef", {}).get("name") == "switchyard-secrets":
+        elif _generated(src.get("secretRef", {}).get("name"), "switchyard-secrets"):
             env.update(secrets)
         else:
             problems.append(f"{container['name']}: envFrom an unknown source {src}")
@@ -622,7 +659,7 @@ def container_env(
         ref = e.get("valueFrom", {})
         if "secretKeyRef" in ref:
             key = ref["secretKeyRef"]["key"]
-            if ref["secretKeyRef"].get("name") != "switchyard-secrets" or key not in secrets:
+            if not _generated(ref["secretKeyRef"].get("name"), "switchyard-secrets") or key not in secrets:
                 problems.append(
                     f"{container['name']}: {e['name']} refers to a secret key {key} not generated"
                 )

@@ -71,6 +71,13 @@ def test_compose_has_the_production_infrastructure(compose: dict[str, Any]) -> N
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://otel-collector:4318"), name
 
 
+def test_compose_secrets_are_listed_in_the_env_template() -> None:
+    required = d.compose_shell_vars(d.COMPOSE.read_text())
+    template = d.read_env_file(ROOT / "deploy" / "compose.env.example")
+    assert required == set(template), "deploy/compose.env.example must list exactly what compose requires"
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+
+
 def test_compose_mounts_the_files_it_names(compose: dict[str, Any]) -> None:
     for name, svc in compose["services"].items():
         for vol in svc.get("volumes", []):
@@ -160,6 +167,22 @@ def test_k8s_gpu_worker_and_secrets(k8s: tuple[list[dict[str, Any]], dict[str, s
         assert "<" in value and not re.search(r"[A-Za-z0-9]{12,}", stripped), (
             f"{key} example is not a placeholder"
         )
+
+
+def test_k8s_overlay_renders_with_kustomize(tmp_path: Path) -> None:
+    """The real kustomize (kubectl's) builds the overlay; the same checks hold on what it renders."""
+    docs = d.render_overlay(tmp_path)
+    if docs is None:
+        pytest.skip("kubectl is not installed: the file-level kustomize checks above still ran")
+    config, secrets = d.rendered_config(docs)
+    assert config and secrets, "the ConfigMap and Secret generators produced nothing"
+    assert d.k8s_problems(docs, config, secrets) == []
+    assert {x["metadata"].get("namespace") for x in docs if x["kind"] != "Namespace"} == {"switchyard"}
+    for w in d.workloads(docs).values():
+        for c in w["spec"]["template"]["spec"]["containers"]:
+            assert c["image"].startswith("registry.example.com/switchyard/"), c["image"]
+    kinds = {x["kind"] for x in docs}
+    assert {"PodMonitor", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "StatefulSet"} <= kinds
 
 
 def test_k8s_images_are_pinned_after_the_overlay() -> None:
