@@ -32,7 +32,11 @@ OVERLAY = K8S / "overlays" / "production"
 # Settings added by branches being built in parallel. Until they land in Settings the deployment
 # files may already carry them for the services that will read them; once they exist they are
 # validated like every other setting.
-PENDING_SETTINGS = {"SY_CELERY_BROKER": "batch (issue 9)", "SY_TRITON_URL": "triton worker (issue 6)"}
+PENDING_SETTINGS = {
+    "SY_CELERY_BROKER": "batch (issue 9)",
+    "SY_TRITON_URL": "triton worker (issue 6)",
+    "SY_REWARD_TRITON_URL": "reward (issue 8)",
+}
 # Files another branch adds (deploy/triton is built on the `triton` branch).
 PENDING_FILES = {"deploy/triton/models", "deploy/triton/requirements.txt"}
 
@@ -49,6 +53,8 @@ OPTIONAL_UNSET = {
     "s3_region",
     "storage_dir",
     "adapter_cache_dir",
+    "triton_metrics_url",  # default: http://<SY_TRITON_URL host>:8002/metrics
+    "router_stale_after_s",  # default: 3 heartbeat intervals
 }
 # Settings with a default that only suits one machine: loopback addresses, the local API key and
 # internal token, a relative state directory.
@@ -384,6 +390,7 @@ def compose_service_problems(compose: Mapping[str, Any], names: list[str]) -> li
             "s3_endpoint": "minio",
             "celery_broker": "redis",
             "triton_url": "triton",
+            "reward_triton_url": "triton",
         }
         for field, infra in needs.items():
             if service and field in required_settings(service) and infra not in deps:
@@ -407,6 +414,7 @@ def compose_consistency_problems(compose: Mapping[str, Any], names: list[str]) -
         if len(set(values.values())) != 1:
             problems.append(f"compose: {var} differs between services: {values}")
     pools = {p["name"]: p for p in json.loads(envs["init-topics"].get("SY_POOLS", "[]"))}
+    problems += pool_problems("compose", list(pools.values()))
     for n, e in envs.items():
         if "SY_VLLM_POOL" in e and pools.get(e["SY_VLLM_POOL"], {}).get("engine") != "vllm":
             problems.append(f"compose {n}: SY_VLLM_POOL {e['SY_VLLM_POOL']} is not a vllm pool of SY_POOLS")
@@ -434,6 +442,14 @@ def compose_consistency_problems(compose: Mapping[str, Any], names: list[str]) -
         if reg and reg != f"http://registry:{DEFAULT_PORTS['registry']}":
             problems.append(f"compose {n}: SY_REGISTRY_URL {reg} is not the registry's port")
     return problems
+
+
+def pool_problems(where: str, pools: list[dict[str, Any]]) -> list[str]:
+    """Every model the default pools serve is served by the deployment's pools too."""
+    served = {m for p in pools for m in p.get("models", [])}
+    default = {m for p in Settings().pools for m in p.models}
+    missing = sorted(default - served)
+    return [f"{where}: SY_POOLS serves none of {missing} (the default pools do)"] if missing else []
 
 
 # --------------------------------------------------------------------------- prometheus
@@ -707,6 +723,7 @@ def k8s_problems(
     }
     hpas = {d["spec"]["scaleTargetRef"]["name"]: d for d in docs if d["kind"] == "HorizontalPodAutoscaler"}
     partitions = int(config.get("SY_TOPIC_PARTITIONS", Settings.model_fields["topic_partitions"].default))
+    problems += pool_problems("k8s config", json.loads(config.get("SY_POOLS", "[]")))
     for wname, w in wl.items():
         pod = w["spec"]["template"]["spec"]
         for c in pod["containers"]:

@@ -333,6 +333,7 @@ def test_checker_catches_missing_and_wrong_settings(compose: dict[str, Any]) -> 
     c["services"]["vllm_worker"]["environment"]["SY_VLLM_POOL"] = "gpu-a"
     problems = "\n".join(d.compose_consistency_problems(c, d.service_names()))
     assert "SY_POOLS differs" in problems and "gpu-a is not a vllm pool" in problems
+    assert d.pool_problems("sample", [{"name": "x", "models": ["other"]}]) != []
 
 
 def test_checker_catches_a_missing_service_and_scrape(compose: dict[str, Any]) -> None:
