@@ -390,7 +390,6 @@ def compose_service_problems(compose: Mapping[str, Any], names: list[str]) -> li
             "s3_endpoint": "minio",
             "celery_broker": "redis",
             "triton_url": "triton",
-            "reward_triton_url": "triton",
         }
         for field, infra in needs.items():
             if service and field in required_settings(service) and infra not in deps:
