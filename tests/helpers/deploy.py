@@ -312,9 +312,27 @@ def dummy_shell(names: set[str]) -> dict[str, str]:
     return out
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; compose refuses the file. So do we (a merge
+    that adds a second `reward:` block must fail here, not shadow the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_compose(text: str | None = None) -> dict[str, Any]:
     text = COMPOSE.read_text() if text is None else text
-    raw = yaml.safe_load(text)
+    raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     return interpolate(raw, dummy_shell(compose_shell_vars(text)))
 
 

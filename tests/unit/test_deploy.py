@@ -302,6 +302,13 @@ def test_checker_catches_a_missing_healthcheck(compose: dict[str, Any]) -> None:
     assert any("depends_on registry needs condition service_healthy" in p for p in d.compose_problems(c))
 
 
+def test_checker_refuses_duplicate_keys() -> None:
+    text = d.COMPOSE.read_text()
+    text = text.replace("\nvolumes:\n", "\n  reward:\n    image: switchyard:0.1.0\nvolumes:\n", 1)
+    with pytest.raises(yaml.YAMLError, match="duplicate key 'reward'"):
+        d.load_compose(text)
+
+
 def test_checker_catches_unpinned_images(compose: dict[str, Any]) -> None:
     c = _broken(compose)
     c["services"]["redis"]["image"] = "redis:latest"
