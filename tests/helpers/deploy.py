@@ -534,16 +534,8 @@ def secret_problems_in_text(rel: str, text: str) -> list[str]:
 def deploy_files() -> list[Path]:
     files = [COMPOSE, ROOT / "Dockerfile", ROOT / ".dockerignore"]
     for p in sorted((ROOT / "deploy").rglob("*")):
-        if p.is_file() and p.suffix in (
-            ".yml",
-            ".yaml",
-            ".env",
-            ".example",
-            ".json",
-            ".Dockerfile",
-            ".md",
-            ".txt",
-        ):
+        suffixes = (".yml", ".yaml", ".env", ".example", ".json", ".Dockerfile", ".md", ".txt", ".pbtxt")
+        if p.is_file() and (p.suffix in suffixes or p.name == "Dockerfile"):
             if p.name == "secrets.env":  # git-ignored: the operator's own copy
                 continue
             files.append(p)

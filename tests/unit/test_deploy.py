@@ -85,8 +85,9 @@ def test_compose_mounts_the_files_it_names(compose: dict[str, Any]) -> None:
             if src.startswith("./") and not src.startswith("./var/"):
                 assert (ROOT / src).exists(), f"{name} mounts missing {src}"
         build = svc.get("build")
-        if isinstance(build, dict) and "dockerfile" in build:
-            assert (ROOT / build.get("context", ".") / build["dockerfile"]).is_file(), name
+        if build is not None:
+            build = build if isinstance(build, dict) else {"context": build}
+            assert (ROOT / build.get("context", ".") / build.get("dockerfile", "Dockerfile")).is_file(), name
 
 
 # --------------------------------------------------------------------------- prometheus and grafana
@@ -207,10 +208,11 @@ def test_dockerfiles_pin_their_bases_and_copy_what_exists(compose: dict[str, Any
         ROOT / "deploy" / "triton.Dockerfile",
     ):
         assert d.dockerfile_problems(path) == [], path
-    for svc in compose["services"].values():
-        build = svc.get("build")
-        if isinstance(build, dict) and build.get("dockerfile") == "probe.Dockerfile":
-            assert d.dockerfile_problems(ROOT / "deploy" / "probe.Dockerfile", build["args"]) == []
+    probes = [s["build"] for s in compose["services"].values() if isinstance(s.get("build"), dict)]
+    probes = [b for b in probes if b.get("context") == "deploy/probe"]
+    assert len(probes) == 2, "the collector and Jaeger build on deploy/probe"
+    for build in probes:
+        assert d.dockerfile_problems(ROOT / "deploy" / "probe" / "Dockerfile", build["args"]) == []
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"var", ".venv", ".git"} <= set(ignored), "the build context must leave out var/ and .venv"
 
@@ -411,7 +413,7 @@ def test_checker_catches_a_vllm_image_without_a_dependency() -> None:
 
 
 def test_checker_catches_unpinned_dockerfile_base(tmp_path: Path) -> None:
-    path = d.ROOT / "deploy" / "probe.Dockerfile"
+    path = d.ROOT / "deploy" / "probe" / "Dockerfile"
     assert any("no pinned build arg" in p for p in d.dockerfile_problems(path))
     assert any(
         "not pinned" in p for p in d.dockerfile_problems(path, {"BASE": "jaegertracing/jaeger:latest"})
