@@ -294,6 +294,14 @@ class Settings(BaseSettings):
         default=1.0, ge=0, description="How long a batch waits for more prompts to embed"
     )
 
+    # --- Deployment (issue 12: compose and Kubernetes) -----------------------------------
+    topic_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Replicas of each topic `switchyard topics --create` makes (3 on a production cluster)",
+    )
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _bootstrap_shape(cls, v: str | None) -> str | None:
