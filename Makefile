@@ -35,6 +35,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 bench: $(STAMP)
+	$(BIN)/pip install -q torch==2.13.0 -e '.[bench]'
 	$(BIN)/python -m loadtests
 
 lint: $(STAMP)
