@@ -155,7 +155,7 @@ def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[
 
 
 def start_pipeline(
-    model_dir: Path, var_dir: Path, cache: bool = False
+    model_dir: Path, var_dir: Path, cache: bool = False, **extra_env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
@@ -168,6 +168,7 @@ def start_pipeline(
         SY_CACHE_ENABLED=str(cache).lower(),
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env)
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "up"],
