@@ -254,3 +254,57 @@ CONSUMER_LAG = Gauge(
     ["stage", "topic", "partition"],
 )
 PRODUCED = Counter("sy_produced_total", "Records produced, by topic", ["topic"])
+
+
+class GpuCollector:
+    """GPU utilisation, memory and power per device through NVML, where a GPU and driver exist.
+
+    Registered by every service process (shared/service.py); on a machine without NVML it reports
+    nothing (and says so once in the log), so the same /metrics code runs on CPU pools.
+    """
+
+    def __init__(self) -> None:
+        self.handles: list[tuple[str, object]] = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [
+                (str(i), pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
+            ]
+        except Exception as exc:  # noqa: BLE001 - no driver, no GPU, no package: no GPU series
+            get_logger(__name__).info("no GPU metrics", reason=type(exc).__name__)
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import GaugeMetricFamily
+
+        if not self.handles:
+            return
+        util = GaugeMetricFamily("sy_gpu_utilization_ratio", "GPU busy share (NVML)", labels=["gpu"])
+        used = GaugeMetricFamily("sy_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=["gpu"])
+        total = GaugeMetricFamily("sy_gpu_memory_total_bytes", "GPU memory (NVML)", labels=["gpu"])
+        power = GaugeMetricFamily("sy_gpu_power_watts", "GPU power draw (NVML)", labels=["gpu"])
+        n = self.nvml
+        for idx, h in self.handles:
+            try:
+                util.add_metric([idx], n.nvmlDeviceGetUtilizationRates(h).gpu / 100.0)
+                mem = n.nvmlDeviceGetMemoryInfo(h)
+                used.add_metric([idx], float(mem.used))
+                total.add_metric([idx], float(mem.total))
+                power.add_metric([idx], n.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            except Exception:  # noqa: BLE001, S112 - a device that stops answering is skipped
+                continue
+        yield from (util, used, total, power)
+
+
+_gpu_registered = False
+
+
+def register_gpu_metrics() -> None:
+    global _gpu_registered
+    if not _gpu_registered:
+        from prometheus_client import REGISTRY
+
+        REGISTRY.register(GpuCollector())
+        _gpu_registered = True
