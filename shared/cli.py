@@ -125,6 +125,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     key = args.api_key or next(iter(settings.api_keys), "")
     print(f"profile {sc.name}: {sc.mode}, {sc.duration_s:.0f} s against {gateway}")
     data = asyncio.run(runner.run(sc, gateway, services, key))
+    if ep.is_file():  # restarts during the run, by cause (SIGKILL: most often the OOM killer)
+        data["service_exits"] = {
+            n: i.get("exits", {}) for n, i in json.loads(ep.read_text())["services"].items()
+        }
     runner.save(data, out)
     path, a = report.write(data, out)
     print(f"report: {path}")

@@ -62,6 +62,7 @@ class Child:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    exits: dict[str, int] = field(default_factory=dict)  # why it died: "SIGKILL" (OOM killer?), "code 1"
     started_at: float = 0.0
     pump: asyncio.Task[None] | None = None
     log_path: Path = field(default_factory=Path)
@@ -235,6 +236,8 @@ class Launcher:
                 c.name: {
                     "url": f"http://{self.s.health_host}:{c.port}",
                     "pid": c.proc.pid if c.proc else None,
+                    # SIGKILL not sent by the launcher is most often the kernel's OOM killer.
+                    "exits": dict(c.exits),
                 }
                 for c in self.children
             },
@@ -262,6 +265,8 @@ class Launcher:
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode
+                    why = f"{signal.Signals(-code).name}" if code < 0 else f"code {code}"
+                    c.exits[why] = c.exits.get(why, 0) + 1
                     kill_group(c.proc.pid)  # what the dead service started (vLLM's EngineCore) goes too
                     delay = min(30.0, 0.5 * 2 ** min(c.restarts, 6))
                     if time.monotonic() - c.started_at > 60:

@@ -86,8 +86,18 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
         for r in ok
         if (r.get("switchyard") or {}).get("e2e_ms")
     ]
+    preempt = [
+        v
+        for smp in run["samples"]
+        for k, v in (smp.get("series") or {}).items()
+        if k.startswith("vllm:num_preemptions")
+    ]
+    exits = {n: e for n, e in (run.get("service_exits") or {}).items() if e}
     return {
         "scenario": run["scenario"]["name"],
+        "preemptions": (max(preempt) - min(preempt)) if preempt else None,
+        "service_exits": exits,
+        "oom_kills_suspected": sum(e.get("SIGKILL", 0) for e in exits.values()),
         "duration_s": round(span, 2),
         "requests": len(reqs),
         "completed": len(ok),
@@ -249,7 +259,9 @@ figure{{display:inline-block;margin:8px}}</style></head><body>
 <p>{a["completed"]} of {a["requests"]} requests in {a["duration_s"]} s: {a["requests_per_s"]} req/s,
 {a["tokens_per_s"]} tokens/s; e2e p50/p99 {a["e2e_ms"]["p50"]}/{a["e2e_ms"]["p99"]} ms; TTFT p50/p99
 {a["ttft_ms"]["p50"]}/{a["ttft_ms"]["p99"]} ms; ITL p50/p99 {a["itl_ms"]["p50"]}/{a["itl_ms"]["p99"]} ms;
-cache hit rate {a["cache_hit_rate"]:.1%}; adapter loads {a["adapter_loads"]}.</p>
+cache hit rate {a["cache_hit_rate"]:.1%}; adapter loads {a["adapter_loads"]}; engine preemptions
+{a["preemptions"]}; service exits {html.escape(json.dumps(a["service_exits"]))}
+(SIGKILL, most often the OOM killer: {a["oom_kills_suspected"]}).</p>
 <table><tr><th>stage</th><th>p50 ms</th><th>p99 ms</th><th>mean ms</th></tr>{rows}</table>
 {figs}
 <h2>Figures (JSON)</h2><pre>{html.escape(json.dumps(a, indent=2))}</pre></body></html>"""

@@ -53,6 +53,9 @@ def recorded_run() -> dict:
     samples = [
         {"t": 100 + i, "service": "preprocess", "series": {"sy_consumer_lag{stage=preprocess}": float(i % 3)}}
         for i in range(12)
+    ] + [
+        {"t": 100 + i, "service": "vllm_worker", "series": {"vllm:num_preemptions_total{}": float(i // 4)}}
+        for i in range(12)
     ]
     return {
         "scenario": SCENARIOS["smoke"].model_dump(),
@@ -60,6 +63,7 @@ def recorded_run() -> dict:
         "finished": 112.0,
         "requests": reqs,
         "samples": samples,
+        "service_exits": {"vllm_worker": {"SIGKILL": 1}, "router": {}},
     }
 
 
@@ -79,6 +83,8 @@ def test_analysis_names_the_dominant_stage_and_keeps_refinements_apart() -> None
     assert a["itl_ms"]["n"] == 300 and a["itl_ms"]["p50"] == 3.0
     assert a["adapter_loads"] == 1 and a["pools"] == {"vllm": 100}
     assert a["breakdown_coverage_ms"]["gap_max"] == 1.0
+    assert a["preemptions"] == 2.0 and a["oom_kills_suspected"] == 1
+    assert a["service_exits"] == {"vllm_worker": {"SIGKILL": 1}}
 
 
 def test_report_builds_with_every_plot(tmp_path: Path) -> None:
