@@ -145,6 +145,11 @@ def validate(env: Envelope) -> None:
         raise _invalid(f"tenant must match {TENANT_RE.pattern}, got {env.tenant[:80]!r}")
     if env.kind == Kind.KIND_UNSPECIFIED:
         raise _invalid("kind is required (chat, completion, embedding or rollout)")
+    # proto3 enums are open: an unknown number decodes fine (JSON too) and must be refused here.
+    if env.kind not in Kind.values():
+        raise _invalid(f"kind {int(env.kind)} is not one of {sorted(Kind.keys())}")
+    if env.priority not in Priority.values():
+        raise _invalid(f"priority {int(env.priority)} is not one of {sorted(Priority.keys())}")
     if not env.model:
         raise _invalid("model is required")
     req = env.request
