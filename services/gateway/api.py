@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
+from shared.envelope import Envelope, ErrorCode, Kind, Rejected, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
@@ -100,6 +100,10 @@ def create_app(backend: Backend) -> FastAPI:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.code, exc.param)
+
+    @app.exception_handler(Rejected)
+    async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
+        return _error(exc.http_status, exc.reason, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

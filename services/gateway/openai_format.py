@@ -8,7 +8,7 @@ from typing import Any
 from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request, SamplingParams
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.envelope import Envelope, Kind, Priority
+from shared.envelope import Envelope, ErrorCode, Kind, Priority, Rejected
 from shared.telemetry import breakdown
 
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -84,6 +84,21 @@ def to_envelope(
     tenant: str,
     deadline_unix_ms: int,
     reply_to: str = "",
+) -> Envelope:
+    """The request as an envelope; Rejected (400) when it has no wire form: text with no UTF-8 form
+    (a lone surrogate written as "\\ud800" in the JSON) or a number out of its field's range."""
+    try:
+        return _to_envelope(req, request_id, tenant, deadline_unix_ms, reply_to)
+    except ValueError as exc:
+        raise Rejected(ErrorCode.INVALID_REQUEST, f"request cannot be encoded: {exc}") from exc
+
+
+def _to_envelope(
+    req: ChatCompletionRequest | CompletionRequest,
+    request_id: str,
+    tenant: str,
+    deadline_unix_ms: int,
+    reply_to: str,
 ) -> Envelope:
     env = Envelope(
         request_id=request_id,

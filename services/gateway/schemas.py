@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.envelope import MAX_MAX_TOKENS
+
 MAX_STOP = 4
 
 
@@ -54,13 +56,13 @@ class _Sampling(_Strict):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     user: str | None = Field(default=None, max_length=256)
     # vLLM extensions
-    top_k: int | None = Field(default=None, ge=-1)
-    min_tokens: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=-1, lt=2**31)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_MAX_TOKENS)
     repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     # Switchyard extensions
     adapter: str | None = Field(default=None, max_length=200, description="LoRA adapter name[@version|alias]")
@@ -78,8 +80,8 @@ class _Sampling(_Strict):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessageIn] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_MAX_TOKENS)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
@@ -89,7 +91,7 @@ class ChatCompletionRequest(_Sampling):
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str]
-    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's completions default
+    max_tokens: int | None = Field(default=16, ge=1, le=MAX_MAX_TOKENS)  # OpenAI's completions default
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: Literal[False] = False
 
