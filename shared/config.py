@@ -171,6 +171,19 @@ class Settings(BaseSettings):
     gateway_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413"
     )
+    gateway_rate_limits: dict[str, float] = Field(
+        default_factory=dict,
+        description='JSON map tenant -> requests/s per gateway replica ("*": every other tenant); unset = no limit',
+    )
+    gateway_rate_burst_s: float = Field(
+        default=2.0, gt=0, description="A tenant's bucket holds this many seconds of its rate (burst)"
+    )
+    gateway_max_streams_per_tenant: int = Field(
+        default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
+    )
+    gateway_max_in_flight: int = Field(
+        default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
+    )
     gateway_timeout_s: float = Field(
         default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
     )
