@@ -41,7 +41,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     engine = Engine(settings)
     await engine.start()
     model_version = await asyncio.to_thread(
-        fingerprint, settings.model_path, settings.var_dir / "run" / "model-fingerprints.json"
+        fingerprint, settings.model_path(), settings.var_dir / "run" / "model-fingerprints.json"
     )
     health.add_check("engine", lambda: engine.ready)
     loras: LoraManager | None = None
