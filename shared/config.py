@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     )
     var_dir: Path = Field(default=Path("var"), description="Local state: models, embedded data, logs, traces")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level")
+    log_redact_prompts: bool = Field(
+        default=False,
+        description="Logs keep only the size of prompt/content fields (secrets are always masked)",
+    )
     log_format: Literal["json", "console"] = Field(default="json", description="Log format")
     trace_file: Path | None = Field(default=None, description="JSONL span sink (the launcher sets one)")
     trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of new traces sampled")

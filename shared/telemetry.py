@@ -34,10 +34,34 @@ from switchyard.v1.envelope_pb2 import Envelope, Timing
 # --------------------------------------------------------------------------- logging
 
 
-def configure_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
+# Log fields that may carry what users wrote; with redaction on they keep only their size.
+PROMPT_FIELDS = frozenset({"prompt", "prompts", "content", "messages", "text", "completion", "body", "input"})
+# Log fields that must never carry a credential, whatever the setting.
+SECRET_FIELDS = frozenset({"authorization", "api_key", "key", "token", "password", "secret"})
+
+
+def redact(redact_prompts: bool) -> Any:
+    """A structlog processor: secrets always masked, prompt-like fields replaced by their size."""
+
+    def processor(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        for k in list(event):
+            lk = k.lower()
+            if lk in SECRET_FIELDS:
+                event[k] = "[secret]"
+            elif redact_prompts and lk in PROMPT_FIELDS:
+                event[k] = f"[redacted {len(str(event[k]))} chars]"
+        return event
+
+    return processor
+
+
+def configure_logging(
+    service: str, level: str = "INFO", fmt: str = "json", redact_prompts: bool = False
+) -> None:
     """JSON for structlog and stdlib records alike (aiokafka, uvicorn), one line each."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        redact(redact_prompts),
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -99,3 +99,17 @@ def test_gpu_collector_reports_nvml_devices_and_nothing_without_them() -> None:
         "sy_gpu_memory_total_bytes": 80 * 1024**3,
         "sy_gpu_power_watts": 350.0,
     }
+
+
+def test_logs_redact_prompts_when_configured_and_never_show_secrets(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json as _json
+
+    from shared.telemetry import configure_logging, get_logger
+
+    for redact_prompts in (False, True):
+        configure_logging("t", "INFO", "json", redact_prompts)
+        get_logger("t").info("req", content="my card is 4111", authorization="Bearer sk-live", n=3)
+        line = _json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert line["authorization"] == "[secret]" and line["n"] == 3
+        assert line["content"] == ("[redacted 15 chars]" if redact_prompts else "my card is 4111")
+    configure_logging("t", "INFO", "json", False)
