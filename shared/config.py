@@ -188,6 +188,17 @@ class Settings(BaseSettings):
     gateway_max_in_flight: int = Field(
         default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
     )
+    gateway_resubmit_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="An async request with no answer this long after its send is sent again",
+    )
+    gateway_resubmit_max: int = Field(
+        default=3, ge=1, description="Sends of an async request before it is reported failed (reason: lost)"
+    )
+    gateway_resubmit_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the gateway looks for unanswered async requests"
+    )
     gateway_timeout_s: float = Field(
         default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
     )

@@ -229,6 +229,7 @@ class Launcher:
         data: dict[str, object] = {
             "kafka": self.bootstrap,
             "embedded_kafka": self.kafka is not None,
+            "kafka_pid": self.kafka.proc.pid if self.kafka is not None and self.kafka.proc else None,
             "milvus": self.milvus_uri,
             "embedded_milvus": self.milvus is not None,
             "launcher_pid": os.getpid(),
@@ -259,6 +260,7 @@ class Launcher:
                 self.kafka.start()
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
+                self.write_endpoints()
             if self._milvus_died():
                 self.say("milvus: embedded server exited; restarting it on the same ports")
                 self._milvus_start = asyncio.get_running_loop().run_in_executor(None, self.milvus.start)  # type: ignore[union-attr]

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Kind, Rejected, new_request_id
+from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
@@ -418,15 +418,16 @@ def create_app(backend: Backend) -> FastAPI:
             )
         await check_model(req.model, tenant)
         key = body.request_id or idempotency_key
-        rid, new = backend.store.accept(new_request_id(), tenant, body.endpoint, key)
+        env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
+        await check_model(req.model, tenant, env)
+        rid, new = backend.store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
         if new:
-            env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=0)
-            await check_model(req.model, tenant, env)
             try:
                 await backend.submit(env)
             except Exception:
                 backend.store.forget(rid)
                 raise
+            backend.store.submitted(rid)
         current = backend.store.get(rid, tenant) or {}
         return JSONResponse(current, status_code=202 if current.get("status") == "queued" else 200)
 
