@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, cache, cache_eval, lora, pipeline
+from loadtests import bus, cache, cache_eval, lora, multimodal, pipeline
 
 SCENARIOS = {
     "bus": bus.run,
@@ -15,6 +15,7 @@ SCENARIOS = {
     "lora-scaling": lora.run,
     "cache-eval": cache_eval.run,
     "cache": cache.run,
+    "multimodal": multimodal.run,
 }
 
 

@@ -322,7 +322,8 @@ class Settings(BaseSettings):
         default=2048, ge=28, description="Images are shrunk (aspect kept) so no side exceeds this"
     )
     media_image_encoding: Literal["png", "jpeg", "webp"] = Field(
-        default="png", description="Format normalised images are stored in (metadata stripped)"
+        default="jpeg",
+        description="Format normalised images are stored in, metadata stripped (jpeg: quality 92; png/webp: lossless, slower)",
     )
     media_image_token_family: Literal["qwen2_vl", "llava"] = Field(
         default="qwen2_vl",

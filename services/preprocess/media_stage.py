@@ -27,14 +27,18 @@ from shared.telemetry import add_timing, get_logger
 
 from .families import ModelMedia, audio_tokens, model_media
 from .media import (
+    IMAGE_MIMES,
     MediaError,
     NormalAudio,
     NormalImage,
+    TargetSize,
     b64decode,
+    image_header_size,
     normalize_audio,
     normalize_image,
     parse_data_url,
     refuse,
+    sniff_image,
 )
 
 log = get_logger(__name__)
@@ -144,14 +148,16 @@ class MediaStage:
             def target(w: int, h: int) -> tuple[int, int]:
                 return vision.target_size(w, h, self.s.media_image_max_pixels, self.s.media_image_max_side)
 
-            img: NormalImage = await asyncio.to_thread(
-                normalize_image,
-                data,
-                declared,
-                max_input_pixels=self.s.media_image_max_input_pixels,
-                target=target,
-                encoding=self.s.media_image_encoding,
-            )
+            img = self._already_normal(part.image_url.url, data, target)
+            if img is None:
+                img = await asyncio.to_thread(
+                    normalize_image,
+                    data,
+                    declared,
+                    max_input_pixels=self.s.media_image_max_input_pixels,
+                    target=target,
+                    encoding=self.s.media_image_encoding,
+                )
             try:
                 tokens = vision.image_tokens(img.width, img.height)
             except ValueError as exc:
@@ -175,6 +181,20 @@ class MediaStage:
             audio_tokens(aud.duration_s, mm.audio_tokens_per_s), duration_s=aud.duration_s,
             source=f"{aud.source_format} {aud.source_rate} Hz x{aud.source_channels}",
         )  # fmt: skip
+
+    def _already_normal(self, url: str, data: bytes, target: TargetSize) -> NormalImage | None:
+        """One of our own stored outputs, referenced again: reuse it as is (a lossy re-encode would
+        change its bytes and so its address) when it already fits this model's budget."""
+        name = url.removeprefix(f"s3://{self.s.s3_bucket}/{self.s.media_store_prefix}")
+        if name == url or hashlib.sha256(data).hexdigest() != name.rpartition("/")[2].partition(".")[0]:
+            return None
+        fmt = sniff_image(data)
+        if fmt is None or IMAGE_MIMES[fmt] != f"image/{self.s.media_image_encoding}":
+            return None
+        w, h = image_header_size(data, fmt)
+        if target(w, h) != (w, h):
+            return None
+        return NormalImage(data, IMAGE_MIMES[fmt], w, h, fmt, w, h)
 
     async def _image_bytes(self, tenant: str, url: str) -> tuple[str | None, bytes]:
         limit = self.s.media_image_max_bytes
