@@ -278,5 +278,7 @@ def test_media_parts_are_refused_by_modality_and_long_prompts_before_inference(c
         client.chat.completions.create(model="sy-tiny", messages=[{"role": "user", "content": content}])
     assert nf.value.body["code"] == "no_pool" and "'image'" in nf.value.body["message"]
     with pytest.raises(openai.BadRequestError) as long:
-        client.chat.completions.create(model="sy-tiny", messages=[{"role": "user", "content": "word " * 3000}])
+        client.chat.completions.create(
+            model="sy-tiny", messages=[{"role": "user", "content": "word " * 3000}]
+        )
     assert long.value.body["code"] == "context_length_exceeded" and "text" in long.value.body["message"]
