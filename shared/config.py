@@ -353,6 +353,12 @@ class Settings(BaseSettings):
         default_factory=lambda: ["media/", "uploads/{tenant}/"],
         description="JSON list of object-store prefixes a request may reference as s3://<bucket>/<key> ({tenant} = the caller)",
     )
+    media_decode_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Media parts decoded at once per preprocess process (bounds memory: each may hold a max-size image)",
+    )
     media_remote_fetch: bool = Field(
         default=False,
         description="Allow http(s) image URLs (fetched with SY_MEDIA_IMAGE_MAX_BYTES and the time limit below)",

@@ -89,6 +89,9 @@ class MediaStage:
     def __init__(self, settings: Settings, store: ObjectStore) -> None:
         self.s = settings
         self.store = store
+        # Decoding holds up to max_input_pixels * 4 bytes per part: bound how many run at once,
+        # whatever the stage's in-flight limit (records still overlap their I/O).
+        self._decode = asyncio.Semaphore(settings.media_decode_concurrency)
 
     # ------------------------------------------------------------------ phase 1: no writes
     def model(self, name: str) -> ModelMedia:
@@ -150,14 +153,15 @@ class MediaStage:
 
             img = self._already_normal(part.image_url.url, data, target)
             if img is None:
-                img = await asyncio.to_thread(
-                    normalize_image,
-                    data,
-                    declared,
-                    max_input_pixels=self.s.media_image_max_input_pixels,
-                    target=target,
-                    encoding=self.s.media_image_encoding,
-                )
+                async with self._decode:
+                    img = await asyncio.to_thread(
+                        normalize_image,
+                        data,
+                        declared,
+                        max_input_pixels=self.s.media_image_max_input_pixels,
+                        target=target,
+                        encoding=self.s.media_image_encoding,
+                    )
             try:
                 tokens = vision.image_tokens(img.width, img.height)
             except ValueError as exc:
@@ -168,14 +172,15 @@ class MediaStage:
                 source=f"{img.source_format} {img.source_width}x{img.source_height}",
             )  # fmt: skip
         raw = b64decode(part.input_audio.data, self.s.media_audio_max_bytes, "audio")
-        aud: NormalAudio = await asyncio.to_thread(
-            normalize_audio,
-            raw,
-            part.input_audio.format,
-            max_seconds=self.s.media_audio_max_seconds,
-            min_rate=self.s.media_audio_min_rate,
-            max_rate=self.s.media_audio_max_rate,
-        )
+        async with self._decode:
+            aud: NormalAudio = await asyncio.to_thread(
+                normalize_audio,
+                raw,
+                part.input_audio.format,
+                max_seconds=self.s.media_audio_max_seconds,
+                min_rate=self.s.media_audio_min_rate,
+                max_rate=self.s.media_audio_max_rate,
+            )
         return Pending(
             i, j, "audio", aud.data, aud.mime, hashlib.sha256(aud.data).hexdigest(),
             audio_tokens(aud.duration_s, mm.audio_tokens_per_s), duration_s=aud.duration_s,
