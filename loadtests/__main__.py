@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, cache, cache_eval, lora, pipeline, profile_overhead
+from loadtests import bus, cache, cache_eval, lora, multimodal, pipeline, profile_overhead
 
 SCENARIOS = {
     "bus": bus.run,
@@ -16,6 +16,7 @@ SCENARIOS = {
     "cache-eval": cache_eval.run,
     "cache": cache.run,
     "profile-overhead": profile_overhead.run,
+    "multimodal": multimodal.run,
 }
 
 

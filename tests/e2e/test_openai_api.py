@@ -333,3 +333,19 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
     run = json.loads((out / "run.json").read_text())
     lag = [s for s in run["samples"] if any(k.startswith("sy_consumer_lag") for k in s.get("series", {}))]
     assert lag, "consumer lag sampled from the services' /metrics"
+
+
+def test_media_parts_are_refused_by_modality_and_long_prompts_before_inference(client: openai.OpenAI) -> None:
+    """Multimodal preprocessing on the default deployment: sy-tiny's pool declares text only."""
+    from tests.helpers import media_files as mf
+
+    url = mf.data_url(mf.encode(mf.picture(64, 48), "PNG"), "image/png")
+    content = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.chat.completions.create(model="sy-tiny", messages=[{"role": "user", "content": content}])
+    assert nf.value.body["code"] == "no_pool" and "'image'" in nf.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as long:
+        client.chat.completions.create(
+            model="sy-tiny", messages=[{"role": "user", "content": "word " * 3000}]
+        )
+    assert long.value.body["code"] == "context_length_exceeded" and "text" in long.value.body["message"]
