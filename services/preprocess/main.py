@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from shared.bus import Producer
 from shared.config import Settings
-from shared.envelope import Envelope, Rejected, set_error
+from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
+from shared.rewards import default_functions
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 
 from .adapters import AdapterPinner
 from .prepare import Preprocessor, TokenCounter
+from .rollouts import fan_out
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
@@ -19,12 +21,15 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     registry = RegistryClient(settings)
     pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
     out, responses = settings.topic("prepared"), settings.topic("responses")
+    reward_functions = default_functions(settings.reward_triton_url)  # to check rollout reward specs
 
     async def handle(env: Envelope) -> list[Emit]:
         try:
             await pinner.pin(env)
         except Rejected as exc:  # an unknown adapter is an answer, not a poison record
             return [Emit(responses, set_error(env, exc.code, exc.reason, "preprocess", exc.http_status))]
+        if env.kind == Kind.KIND_ROLLOUT:
+            return [Emit(out, pre.prepare(g)) for g in fan_out(env, settings.rollout_max_prompts, reward_functions)]
         return [Emit(out, pre.prepare(env))]
 
     return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])
