@@ -21,6 +21,7 @@ from shared.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
 from shared.rewards import default_functions
+from shared.rewards.sandbox import isolation
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_handler, out_record
 from shared.telemetry import get_logger
@@ -86,6 +87,11 @@ async def follow_rewards(
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
+    wrapper = await asyncio.to_thread(isolation)
+    if wrapper:
+        log.info("code sandbox isolation", wrapper=" ".join(wrapper))
+    else:
+        log.warning("code sandbox without namespaces (unshare unavailable): rlimits and the audit hook only")
     registry = RegistryClient(settings)
     functions = default_functions(settings.reward_triton_url)
     published = Published(settings.reward_dedupe_capacity)

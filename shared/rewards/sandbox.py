@@ -218,12 +218,13 @@ async def run_python(code: str, limits: Limits = Limits(), workdir: Path | None 
                 chunk = await stream.read(65536)
                 if not chunk:
                     return
+                if exceeded:
+                    continue  # drain until EOF so the pipes close with the process
                 room = limits.max_output_bytes - len(out) - len(err)
                 buf.extend(chunk[: max(0, room)])
                 if len(chunk) > room:
                     exceeded = True
                     _kill_group(proc)
-                    return
 
         assert proc.stdout is not None and proc.stderr is not None
         pumps = asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err))
@@ -241,8 +242,11 @@ async def run_python(code: str, limits: Limits = Limits(), workdir: Path | None 
                 await asyncio.wait_for(proc.wait(), timeout=5)
             except TimeoutError:
                 pass
-            pumps.cancel()
-            await asyncio.gather(pumps, return_exceptions=True)
+            try:
+                await asyncio.wait_for(asyncio.shield(pumps), timeout=2)
+            except TimeoutError:
+                pumps.cancel()
+                await asyncio.gather(pumps, return_exceptions=True)
         rc = proc.returncode
         if rc == -signal.SIGXCPU or rc == 128 + signal.SIGXCPU:
             timed_out = True
