@@ -29,7 +29,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         except Rejected as exc:  # an unknown adapter is an answer, not a poison record
             return [Emit(responses, set_error(env, exc.code, exc.reason, "preprocess", exc.http_status))]
         if env.kind == Kind.KIND_ROLLOUT:
-            return [Emit(out, pre.prepare(g)) for g in fan_out(env, settings.rollout_max_prompts, reward_functions)]
+            return [
+                Emit(out, pre.prepare(g))
+                for g in fan_out(env, settings.rollout_max_prompts, reward_functions)
+            ]
         return [Emit(out, pre.prepare(env))]
 
     return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])
