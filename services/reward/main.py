@@ -27,7 +27,7 @@ from shared.stage import Emit, envelope_handler, out_record
 from shared.telemetry import get_logger
 
 from .groups import GroupOutput, error_record
-from .scoring import PolicyVersions, Published, RewardStage, is_group_record
+from .scoring import PolicyVersions, Published, RewardStage
 
 log = get_logger(__name__)
 
@@ -66,20 +66,19 @@ async def follow_rewards(
                         env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
                     except Rejected:
                         continue
-                    if is_group_record(env):
+                    if env.rollout.rollout_id:
                         published.add(env.request_id)
             if not caught_up.is_set():
                 empty = 0 if batch else empty + 1
-                at_end = all(
-                    consumer.highwater(tp) is not None
-                    and await consumer.position(tp) >= consumer.highwater(tp)
-                    for tp in tps
-                )
+                at_end = True
+                for tp in tps:
+                    hw = consumer.highwater(tp)
+                    at_end = at_end and hw is not None and await consumer.position(tp) >= hw
                 if at_end or empty >= 20:
                     caught_up.set()
                     log.info(
                         "sy.rewards read; dedupe set rebuilt",
-                        groups=len(published),
+                        records=len(published),
                         seconds=round(time.monotonic() - t0, 3),
                     )
     finally:

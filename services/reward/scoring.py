@@ -47,7 +47,7 @@ STALENESS = Histogram(
 
 
 class Published:
-    """Group request ids already on sy.rewards (bounded, oldest forgotten first)."""
+    """Request ids of the records already on sy.rewards, groups and samples (bounded, oldest forgotten first)."""
 
     def __init__(self, capacity: int = 1_000_000) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
@@ -95,6 +95,9 @@ class RewardStage:
         scoring_s = time.perf_counter() - t0
         stale = await staleness(env, self.current)
         out = build_records(env, scored, stale, scoring_s * 1000)
+        # A crash between acks can leave some sample records of a group on the topic and not
+        # its group record (which goes last): publish only the missing ones.
+        out.samples = [s for s in out.samples if s.request_id not in self.published]
         SCORING_SECONDS.observe(scoring_s)
         GROUP_COMPLETION_SECONDS.observe(out.group.rollout.group.completion_ms / 1000)
         STALENESS.observe(stale)
@@ -105,6 +108,9 @@ class RewardStage:
     def published_ok(self, result: GroupOutput | Envelope) -> None:
         """After the broker acknowledged the records: remember the group, count the samples."""
         group = result.group if isinstance(result, GroupOutput) else result
+        if isinstance(result, GroupOutput):
+            for s in result.samples:
+                self.published.add(s.request_id)
         self.published.add(group.request_id)
         if isinstance(result, GroupOutput):
             GROUPS.labels("ok").inc()
