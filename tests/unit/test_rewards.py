@@ -375,3 +375,20 @@ def test_records_round_trip_and_spec_items_default_weight() -> None:
     out = build_records(env, run(score_group(samples, spec_items(env), FNS)), 0, 0.1)
     assert out.group.rollout.group.std == 0.0
     assert all(s.rollout.reward.advantage == 0.0 for s in out.samples)
+
+
+def test_partly_published_group_republishes_only_what_is_missing() -> None:
+    """A SIGKILL between acks: two sample records made it to sy.rewards, the group record did not."""
+    env = answered(fan_out(job(), 100, FNS)[0], ["3", "4", "3"])
+
+    async def main() -> None:
+        published = Published()
+        first = await RewardStage(FNS, await _alias_at(2), published).handle(env)
+        for s in first.samples[:2]:
+            published.add(s.request_id)  # what the restarted service read back from the topic
+        again = await RewardStage(FNS, await _alias_at(2), published).handle(env)
+        assert [s.rollout.sample_index for s in again.samples] == [2]
+        assert again.group.request_id == env.request_id
+        assert list(again.group.rollout.group.rewards) == list(first.group.rollout.group.rewards)
+
+    asyncio.run(main())
