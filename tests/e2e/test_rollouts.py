@@ -149,7 +149,7 @@ def test_bad_rollout_requests_get_clear_errors(rl) -> None:
 
 
 def test_rollout_job_survives_a_reward_service_sigkill_without_duplicates(rl) -> None:
-    k, n = 12, 4
+    k, n = 16, 4
     acc = submit(rl, job(k, n, return_tokens=True))
     rid = acc["id"]
     assert acc["num_groups"] == k and acc["group_size"] == n and acc["policy"]["version"] == "pol@1"
