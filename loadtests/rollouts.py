@@ -252,7 +252,10 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     from shared.models.build import build_model
 
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    # SY_MODELS_DIR: reuse a built model (as the services do), else build/cache it under var/models.
+    model_dir = build_model(
+        "sy-tiny", Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models"), progress=False
+    )
     var_dir = (out / "rollouts-var").resolve()
     var_dir.mkdir(parents=True, exist_ok=True)
     k, n = (8, 4) if quick else (32, 8)

@@ -205,57 +205,70 @@ class RolloutStore:
         with self._lock:
             self._db.execute("DELETE FROM rollouts WHERE tenant=? AND id=?", (tenant, rollout_id))
 
+    def add_many(self, envs: list[Envelope]) -> None:
+        """Store sy.rewards records in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for env in envs:
+                    self._add(env)
+            finally:
+                self._db.execute("COMMIT")
+
     def add(self, env: Envelope) -> None:
+        with self._lock:
+            self._add(env)
+
+    def _add(self, env: Envelope) -> None:
         """Store one sy.rewards record (sample, group, or a job-level error); repeats are ignored."""
         r = env.rollout
-        with self._lock:
+        self._db.execute(
+            "INSERT OR IGNORE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, NULL)",
+            (
+                r.rollout_id,
+                env.tenant,
+                r.accepted_unix_ns or env.created_unix_ns,
+                r.num_groups or 1,
+                r.group_size,
+                json.dumps({"model": env.model, "adapter": env.adapter, "version": env.policy_version}),
+            ),
+        )
+        if env.error.code and env.request_id == r.rollout_id:  # the job itself failed
             self._db.execute(
-                "INSERT OR IGNORE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                "UPDATE rollouts SET error=? WHERE tenant=? AND id=?",
                 (
-                    r.rollout_id,
+                    json.dumps({"code": env.error.code, "message": env.error.message}),
                     env.tenant,
-                    r.accepted_unix_ns or env.created_unix_ns,
-                    r.num_groups or 1,
-                    r.group_size,
-                    json.dumps({"model": env.model, "adapter": env.adapter, "version": env.policy_version}),
+                    r.rollout_id,
                 ),
             )
-            if env.error.code and env.request_id == r.rollout_id:  # the job itself failed
-                self._db.execute(
-                    "UPDATE rollouts SET error=? WHERE tenant=? AND id=?",
-                    (
-                        json.dumps({"code": env.error.code, "message": env.error.message}),
-                        env.tenant,
-                        r.rollout_id,
-                    ),
-                )
-                return
-            if r.HasField("group"):
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO groups VALUES (?, ?, ?, ?, ?)",
-                    (
-                        env.tenant,
-                        r.rollout_id,
-                        r.group_index,
-                        json.dumps(group_json(env)),
-                        int(bool(env.error.code)),
-                    ),
-                )
-            else:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        env.tenant,
-                        r.rollout_id,
-                        r.group_index,
-                        r.sample_index,
-                        json.dumps(sample_json(env)),
-                        r.reward.scored_unix_ns,
-                        env.response.usage.completion_tokens,
-                    ),
-                )
-            if cur.rowcount == 0:
-                self.duplicates += 1
+            return
+        if r.HasField("group"):
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO groups VALUES (?, ?, ?, ?, ?)",
+                (
+                    env.tenant,
+                    r.rollout_id,
+                    r.group_index,
+                    json.dumps(group_json(env)),
+                    int(bool(env.error.code)),
+                ),
+            )
+        else:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    env.tenant,
+                    r.rollout_id,
+                    r.group_index,
+                    r.sample_index,
+                    json.dumps(sample_json(env)),
+                    r.reward.scored_unix_ns,
+                    env.response.usage.completion_tokens,
+                ),
+            )
+        if cur.rowcount == 0:
+            self.duplicates += 1
 
     def get(self, tenant: str, rollout_id: str, with_samples: bool = True) -> dict[str, Any] | None:
         with self._lock:
@@ -388,39 +401,53 @@ async def follow_rewards(settings: Settings, store: RolloutStore, stop: asyncio.
     )
     await consumer.start()
     try:
-        parts: set[int] = set()
-        while not parts and not stop.is_set():
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(topic) or set()
-            if not parts:
-                await asyncio.sleep(0.5)
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        saved = store.offsets()
-        for tp in tps:
-            at = saved.get((tp.topic, tp.partition))
-            if at is None:
-                await consumer.seek_to_beginning(tp)
-            else:
-                consumer.seek(tp, at)
-        guard = FetchWaitGuard(consumer, "gateway-rewards")
-        last_save = time.monotonic()
         while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=100)
-            guard.observe(bool(batch))
-            for records in batch.values():
-                for rec in records:
-                    try:
-                        env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
-                    except Rejected:
-                        continue
-                    if env.rollout.rollout_id:
-                        await asyncio.to_thread(store.add, env)
-            if batch or time.monotonic() - last_save > 1.0:
-                last_save = time.monotonic()
-                store.save_offsets({(tp.topic, tp.partition): await consumer.position(tp) for tp in tps})
+            try:
+                await _read_rewards(consumer, topic, store, stop)
+            except Exception as exc:  # noqa: BLE001 - a broker hiccup must not stop the gateway
+                log.warning("rewards reader failed; resuming from saved offsets", error=repr(exc))
+                await asyncio.sleep(1.0)
     finally:
         await consumer.stop()
+
+
+async def _read_rewards(
+    consumer: AIOKafkaConsumer, topic: str, store: RolloutStore, stop: asyncio.Event
+) -> None:
+    parts: set[int] = set()
+    while not parts and not stop.is_set():
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await asyncio.sleep(0.5)
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    saved = store.offsets()
+    for tp in tps:
+        at = saved.get((tp.topic, tp.partition))
+        if at is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, at)
+    guard = FetchWaitGuard(consumer, "gateway-rewards")
+    last_save = time.monotonic()
+    while not stop.is_set():
+        batch = await consumer.getmany(timeout_ms=100)
+        guard.observe(bool(batch))
+        envs = []
+        for records in batch.values():
+            for rec in records:
+                try:
+                    env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+                except Rejected:
+                    continue
+                if env.rollout.rollout_id:
+                    envs.append(env)
+        if envs:
+            await asyncio.to_thread(store.add_many, envs)
+        if batch or time.monotonic() - last_save > 1.0:
+            last_save = time.monotonic()
+            store.save_offsets({(tp.topic, tp.partition): await consumer.position(tp) for tp in tps})
 
 
 # ----------------------------------------------------------------------------------- routes

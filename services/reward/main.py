@@ -141,7 +141,12 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     )
 
     async def follow(stop: asyncio.Event) -> None:
-        await follow_rewards(settings, published, caught_up, stop)
+        while not stop.is_set():
+            try:
+                await follow_rewards(settings, published, caught_up, stop)
+            except Exception as exc:  # noqa: BLE001 - reread from the start; the set only grows
+                log.warning("sy.rewards follower failed; rereading", error=repr(exc))
+                await asyncio.sleep(1.0)
 
     async def close() -> None:
         await registry.aclose()
