@@ -30,6 +30,7 @@ from shared.models import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
+REPEATS = 2  # each side runs the job this many times in one engine/pipeline; the best run counts
 
 
 def job_prompts(k: int) -> list[str]:
@@ -148,18 +149,29 @@ async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
         return len(done), tokens
 
     await asyncio.gather(*(one(f"warm-{i}", p) for i, p in enumerate(job_prompts(2))))
-    t0 = time.perf_counter()
-    rs = await asyncio.gather(*(one(f"job-{i}", p) for i, p in enumerate(job_prompts(k))))
-    wall = time.perf_counter() - t0
+    runs = []
+    for rep in range(REPEATS):
+        t0 = time.perf_counter()
+        rs = await asyncio.gather(*(one(f"job{rep}-{i}", p) for i, p in enumerate(job_prompts(k))))
+        wall = time.perf_counter() - t0
+        samples, tokens = sum(r[0] for r in rs), sum(r[1] for r in rs)
+        runs.append(
+            {
+                "samples": samples,
+                "tokens": tokens,
+                "wall_s": round(wall, 3),
+                "samples_per_s": round(samples / wall, 2),
+                "tokens_per_s": round(tokens / wall, 1),
+            }
+        )
     llm.shutdown()
-    samples, tokens = sum(r[0] for r in rs), sum(r[1] for r in rs)
-    return {
-        "samples": samples,
-        "tokens": tokens,
-        "wall_s": round(wall, 3),
-        "samples_per_s": round(samples / wall, 2),
-        "tokens_per_s": round(tokens / wall, 1),
-    }
+    return best(runs)
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest of the repeats (the machine is shared: the best run is the least disturbed), with all of them."""
+    top = max(runs, key=lambda r: r["samples_per_s"])
+    return {**top, "runs_samples_per_s": [r["samples_per_s"] for r in runs]}
 
 
 def run_direct(model_dir: Path, k: int, n: int) -> dict[str, Any]:
@@ -265,7 +277,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     proc, url = start_pipeline(model_dir, var_dir)
     try:
         await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
-        ours = await switchyard_job(url, job_prompts(k), n)
+        ours = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)

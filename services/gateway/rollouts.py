@@ -278,30 +278,38 @@ class RolloutStore:
             ).fetchone()
             if row is None:
                 return None
-            groups = self._db.execute(
-                "SELECT group_index, body, failed FROM groups WHERE tenant=? AND rollout_id=? ORDER BY group_index",
+            n_groups, failed = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(failed), 0) FROM groups WHERE tenant=? AND rollout_id=?",
                 (tenant, rollout_id),
-            ).fetchall()
-            samples = self._db.execute(
-                "SELECT group_index, sample_index, body, scored_ns, tokens FROM samples "
-                "WHERE tenant=? AND rollout_id=? ORDER BY group_index, sample_index",
+            ).fetchone()
+            n_samples, last_ns, tokens = self._db.execute(
+                "SELECT COUNT(*), COALESCE(MAX(scored_ns), 0), COALESCE(SUM(tokens), 0) FROM samples "
+                "WHERE tenant=? AND rollout_id=?",
                 (tenant, rollout_id),
-            ).fetchall()
+            ).fetchone()
+            groups = samples = []
+            if with_samples:  # status polls skip the bodies
+                groups = self._db.execute(
+                    "SELECT group_index, body, failed FROM groups WHERE tenant=? AND rollout_id=? ORDER BY group_index",
+                    (tenant, rollout_id),
+                ).fetchall()
+                samples = self._db.execute(
+                    "SELECT group_index, sample_index, body FROM samples "
+                    "WHERE tenant=? AND rollout_id=? ORDER BY group_index, sample_index",
+                    (tenant, rollout_id),
+                ).fetchall()
         accepted_ns, num_groups, group_size, policy, error = row
         by_group: dict[int, list[dict[str, Any]]] = {}
-        for g, _s, body, _t, _n in samples:
+        for g, _s, body in samples:
             by_group.setdefault(g, []).append(json.loads(body))
-        failed = sum(1 for _, _, f in groups if f)
         status = "queued"
         if error:
             status = "failed"
-        elif len(groups) >= num_groups:
+        elif n_groups >= num_groups:
             status = "completed"
-        elif groups or samples:
+        elif n_groups or n_samples:
             status = "in_progress"
-        last_ns = max((t for _, _, _, t, _ in samples if t), default=0)
         elapsed_s = (last_ns - accepted_ns) / 1e9 if last_ns > accepted_ns else 0.0
-        tokens = sum(n or 0 for *_, n in samples)
         out: dict[str, Any] = {
             "id": rollout_id,
             "object": "rollout",
@@ -311,14 +319,14 @@ class RolloutStore:
             "num_groups": num_groups,
             "group_size": group_size,
             "counts": {
-                "groups_completed": len(groups),
+                "groups_completed": n_groups,
                 "groups_failed": failed,
-                "samples": len(samples),
+                "samples": n_samples,
                 "expected_samples": num_groups * group_size,
             },
             "throughput": {
                 "elapsed_s": round(elapsed_s, 3),
-                "samples_per_s": round(len(samples) / elapsed_s, 3) if elapsed_s else None,
+                "samples_per_s": round(n_samples / elapsed_s, 3) if elapsed_s else None,
                 "tokens_per_s": round(tokens / elapsed_s, 3) if elapsed_s else None,
                 "completion_tokens": tokens,
             },

@@ -237,3 +237,53 @@ def test_alias_move_mid_job_keeps_versions_and_tags_staleness(rl) -> None:
     mean_a = sum(g["mean"] for g in a["groups"]) / k
     assert mean_b > 0 and mean_b != pytest.approx(mean_a)
     assert mean_b > mean_a
+
+
+def test_rollout_job_written_straight_to_kafka_as_json(rl) -> None:
+    """Any Kafka producer may submit the job record (protobuf JSON mapping); GET reads its results."""
+    from tests.helpers.kafka import produce
+
+    rid = f"ro-kafka-{int(time.time())}"
+    record = {
+        "request_id": rid,
+        "tenant": "tenant-a",
+        "kind": "KIND_ROLLOUT",
+        "model": "sy-tiny",
+        "request": {"sampling": {"n": 2, "max_tokens": 8, "temperature": 0.5}},
+        "rollout": {
+            "rollout_id": rid,
+            "prompts": [
+                {
+                    "messages": [{"role": "user", "content": "Repeat: pilot"}],
+                    "references": {"answer": "pilot"},
+                },
+                {"prompt": "What is 2+3?", "references": {"answer": "5"}},
+            ],
+            "reward_spec": {"functions": [{"name": "exact_match"}, {"name": "numeric_match", "weight": 0.5}]},
+        },
+    }
+    asyncio.run(
+        produce(
+            rl.endpoints["kafka"],
+            "sy.requests",
+            [json.dumps(record).encode()],
+            headers=[("content-type", b"application/json")],
+            keys=[rid.encode()],
+        )
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        r = httpx.get(rl.base_url + f"/rollouts/{rid}", headers=A, timeout=30)
+        if r.status_code == 200 and r.json()["status"] == "completed":
+            break
+        time.sleep(0.3)
+    got = r.json()
+    assert got["status"] == "completed", got
+    assert got["counts"]["samples"] == 4 and got["policy"]["version"] == "sy-tiny"
+    for g in got["groups"]:
+        assert set(g["samples"][0]["scores"]) == {"exact_match", "numeric_match"}
+    # Another tenant cannot read it.
+    assert (
+        httpx.get(rl.base_url + f"/rollouts/{rid}", headers={"Authorization": "Bearer sk-b"}).status_code
+        == 404
+    )
