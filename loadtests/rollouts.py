@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -237,10 +238,13 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
         r = await c.post("/rollouts", json=body)
         r.raise_for_status()
         rid = r.json()["id"]
+        deadline = time.monotonic() + 600
         while True:
             got = (await c.get(f"/rollouts/{rid}", params={"samples": False})).json()
             if got["status"] in ("completed", "failed"):
                 break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rollout {rid} not done after 600 s: {got}")
             await asyncio.sleep(0.05)
         wall = time.perf_counter() - t0
         full = (await c.get(f"/rollouts/{rid}")).json()
@@ -269,6 +273,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "sy-tiny", Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models"), progress=False
     )
     var_dir = (out / "rollouts-var").resolve()
+    shutil.rmtree(var_dir, ignore_errors=True)  # fresh state per run (no disk cache, no old stores)
     var_dir.mkdir(parents=True, exist_ok=True)
     k, n = (8, 4) if quick else (32, 8)
     scoring = await scoring_throughput(4000 if quick else 40000)

@@ -3,8 +3,8 @@
 POST validates the job (prompts, n, sampling, reward spec, policy), pins the policy adapter
 to one version (as chat requests are pinned), and writes ONE job record (kind rollout) on
 sy.requests; preprocess fans it out into one request per prompt with n samples. Results are
-read back from sy.rewards: every gateway instance reads the whole topic into its own SQLite
-file (`RolloutStore`, with the reader's offsets), so any instance answers GET for any rollout,
+read back from sy.rewards: every gateway instance reads the whole topic (from the start at each
+start) into its own SQLite file (`RolloutStore`), so any instance answers GET for any rollout,
 including jobs a Kafka producer wrote straight to sy.requests. Records are keyed by
 (rollout, group, sample): a redelivered record is stored once.
 """
@@ -179,8 +179,6 @@ class RolloutStore:
                     tenant TEXT, rollout_id TEXT, group_index INTEGER, sample_index INTEGER,
                     body TEXT NOT NULL, scored_ns INTEGER, tokens INTEGER,
                     PRIMARY KEY (tenant, rollout_id, group_index, sample_index));
-                CREATE TABLE IF NOT EXISTS offsets (topic TEXT, partition INTEGER, next INTEGER,
-                    PRIMARY KEY (topic, partition));
                 """
             )
         self.duplicates = 0
@@ -337,17 +335,6 @@ class RolloutStore:
             out["groups"] = [{**json.loads(body), "samples": by_group.get(g, [])} for g, body, _ in groups]
         return out
 
-    def save_offsets(self, offsets: dict[tuple[str, int], int]) -> None:
-        with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
-                [(t, p, o) for (t, p), o in offsets.items()],
-            )
-
-    def offsets(self) -> dict[tuple[str, int], int]:
-        with self._lock:
-            return {(t, p): o for t, p, o in self._db.execute("SELECT topic, partition, next FROM offsets")}
-
 
 def sample_json(env: Envelope) -> dict[str, Any]:
     r, c = env.rollout, env.response.choices[0] if env.response.choices else None
@@ -396,13 +383,17 @@ def store_path(settings: Settings) -> Path:
 
 
 async def follow_rewards(settings: Settings, store: RolloutStore, stop: asyncio.Event) -> None:
-    """Read sy.rewards (all partitions, no group) into the store, resuming from saved offsets."""
+    """Read sy.rewards (all partitions, no group) into the store, from the beginning at every start.
+
+    Saved offsets would skip records after a broker reset (the embedded broker starts empty and
+    refills past them); the store ignores repeats, so rereading is always correct.
+    """
     topic = settings.topic("rewards")
     consumer = AIOKafkaConsumer(
         **client_kwargs(settings),  # type: ignore[arg-type]
         group_id=None,
         enable_auto_commit=False,
-        auto_offset_reset="earliest",  # saved offsets past a reset broker's end: read it all
+        auto_offset_reset="earliest",
         fetch_max_wait_ms=max(settings.kafka_fetch_max_wait_ms, 20),
         max_partition_fetch_bytes=settings.kafka_max_request_bytes,
         client_id=f"gateway-rewards-{settings.instance_id}",
@@ -413,7 +404,7 @@ async def follow_rewards(settings: Settings, store: RolloutStore, stop: asyncio.
             try:
                 await _read_rewards(consumer, topic, store, stop)
             except Exception as exc:  # noqa: BLE001 - a broker hiccup must not stop the gateway
-                log.warning("rewards reader failed; resuming from saved offsets", error=repr(exc))
+                log.warning("rewards reader failed; rereading the topic", error=repr(exc))
                 await asyncio.sleep(1.0)
     finally:
         await consumer.stop()
@@ -430,15 +421,8 @@ async def _read_rewards(
             await asyncio.sleep(0.5)
     tps = [TopicPartition(topic, p) for p in sorted(parts)]
     consumer.assign(tps)
-    saved = store.offsets()
-    for tp in tps:
-        at = saved.get((tp.topic, tp.partition))
-        if at is None:
-            await consumer.seek_to_beginning(tp)
-        else:
-            consumer.seek(tp, at)
+    await consumer.seek_to_beginning(*tps)
     guard = FetchWaitGuard(consumer, "gateway-rewards")
-    last_save = time.monotonic()
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=100)
         guard.observe(bool(batch))
@@ -453,9 +437,6 @@ async def _read_rewards(
                     envs.append(env)
         if envs:
             await asyncio.to_thread(store.add_many, envs)
-        if batch or time.monotonic() - last_save > 1.0:
-            last_save = time.monotonic()
-            store.save_offsets({(tp.topic, tp.partition): await consumer.position(tp) for tp in tps})
 
 
 # ----------------------------------------------------------------------------------- routes
