@@ -392,3 +392,43 @@ def test_partly_published_group_republishes_only_what_is_missing() -> None:
         assert list(again.group.rollout.group.rewards) == list(first.group.rollout.group.rewards)
 
     asyncio.run(main())
+
+
+def test_gateway_rollout_store_counts_once_and_reports_status(tmp_path: Path) -> None:
+    from services.gateway.rollouts import RolloutStore
+
+    store = RolloutStore(tmp_path / "r.sqlite")
+    job_env = job()
+    job_env.rollout.num_groups, job_env.rollout.accepted_unix_ns = 2, 1
+    assert store.accept(job_env, {"model": "sy-tiny", "version": "math@2"})
+    assert not store.accept(job_env, {})  # same id: not a second job
+    assert store.get("t", "ro-1")["status"] == "queued"
+    assert store.get("other-tenant", "ro-1") is None
+
+    async def outputs() -> list[Envelope]:
+        stage = RewardStage(FNS, await _alias_at(2), Published())
+        recs = []
+        for i, g in enumerate(fan_out(job(), 100, FNS)):
+            out = await stage.handle(answered(g, ["3", "4", str(i)]))
+            recs += out.all
+        return recs
+
+    recs = asyncio.run(outputs())
+    store.add_many(recs[:4])  # group 0 complete
+    got = store.get("t", "ro-1")
+    assert got["status"] == "in_progress" and got["counts"]["groups_completed"] == 1
+    store.add_many(recs)  # everything, group 0 again (a redelivery)
+    store.add_many(recs[4:])
+    got = store.get("t", "ro-1")
+    assert got["status"] == "completed" and store.duplicates == 4 + 4
+    assert got["counts"] == {"groups_completed": 2, "groups_failed": 0, "samples": 6, "expected_samples": 6}
+    assert [len(g["samples"]) for g in got["groups"]] == [3, 3]
+    assert got["groups"][0]["samples"][0]["reward"] == 1.0
+    assert store.get("t", "ro-1", with_samples=False).get("groups") is None
+
+    failed = job()
+    failed.request_id = failed.rollout.rollout_id = "ro-2"
+    failed.error.code, failed.error.message = "invalid_request", "bad spec"
+    store.add(failed)
+    assert store.get("t", "ro-2")["status"] == "failed"
+    assert store.get("t", "ro-2")["error"]["message"] == "bad spec"
