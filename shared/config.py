@@ -280,7 +280,8 @@ class Settings(BaseSettings):
 
     # --- RL rollouts and rewards (issue 8) ------------------------------------------------
     reward_triton_url: str | None = Field(
-        default=None, description="Triton gRPC host:port of reward models (the reward_model function)"
+        default=None,
+        description="Triton gRPC host:port of reward models (the reward_model function); unset = SY_TRITON_URL",
     )
     reward_policy_ttl_s: float = Field(
         default=1.0, ge=0, description="How long the reward service caches where a policy alias points"

@@ -30,7 +30,7 @@ from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Priority, Rejected, decode
-from shared.rewards import SpecItem, check_spec, default_functions
+from shared.rewards import SpecItem, check_spec, default_functions, triton_url_of
 from shared.telemetry import get_logger
 
 from .openai_format import _message
@@ -451,7 +451,7 @@ def rollout_router(
     """The /v1/rollouts routes; `check_model` pins the policy adapter onto the job envelope."""
     router = APIRouter()
     store = RolloutStore(store_path(settings))
-    functions = default_functions(settings.reward_triton_url)
+    functions = default_functions(triton_url_of(settings))
 
     @router.post("/v1/rollouts", status_code=202)
     async def create_rollout(

@@ -7,7 +7,7 @@ from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
-from shared.rewards import default_functions
+from shared.rewards import default_functions, triton_url_of
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 
@@ -21,7 +21,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     registry = RegistryClient(settings)
     pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
     out, responses = settings.topic("prepared"), settings.topic("responses")
-    reward_functions = default_functions(settings.reward_triton_url)  # to check rollout reward specs
+    reward_functions = default_functions(triton_url_of(settings))  # to check rollout reward specs
 
     async def handle(env: Envelope) -> list[Emit]:
         try:

@@ -20,7 +20,7 @@ from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
-from shared.rewards import default_functions
+from shared.rewards import default_functions, triton_url_of
 from shared.rewards.sandbox import isolation
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_handler, out_record
@@ -92,7 +92,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     else:
         log.warning("code sandbox without namespaces (unshare unavailable): rlimits and the audit hook only")
     registry = RegistryClient(settings)
-    functions = default_functions(settings.reward_triton_url)
+    functions = default_functions(triton_url_of(settings))
     published = Published(settings.reward_dedupe_capacity)
     stage = RewardStage(functions, PolicyVersions(registry.resolve, settings.reward_policy_ttl_s), published)
     rewards = settings.topic("rewards")

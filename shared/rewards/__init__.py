@@ -13,6 +13,7 @@ from shared.rewards.functions import (
     items_from_proto,
     score_group,
     score_keys,
+    triton_url_of,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "items_from_proto",
     "score_group",
     "score_keys",
+    "triton_url_of",
 ]

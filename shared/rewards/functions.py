@@ -357,6 +357,11 @@ class CodeTests(RewardFunction):
         return list(await asyncio.gather(*(self._one(s, params) for s in samples)))
 
 
+def triton_url_of(settings: Any) -> str | None:
+    """Where reward models are served: SY_REWARD_TRITON_URL, else the Triton pool's SY_TRITON_URL."""
+    return getattr(settings, "reward_triton_url", None) or getattr(settings, "triton_url", None)
+
+
 def default_functions(triton_url: str | None = None) -> dict[str, RewardFunction]:
     from shared.rewards.reward_model import TritonRewardModel
 

@@ -6,7 +6,8 @@ The model contract (what a reward model in the Triton model repository must expo
 A group is one request (batch = group size); Triton's dynamic batcher may merge groups.
 Names are overridable per spec (`input_prompt`, `input_completion`, `output`).
 
-Params: `model` (required), `url` (default SY_REWARD_TRITON_URL), `timeout_s` (default 10).
+Params: `model` (default `reward_model`, the slot in deploy/triton/models), `url` (default
+SY_REWARD_TRITON_URL, else SY_TRITON_URL), `timeout_s` (default 10).
 A server that cannot be reached raises RewardUnavailable (the group is retried, then DLQ'd),
 never a silent zero.
 """
@@ -46,6 +47,9 @@ def parse_scores(raw: Any, n: int) -> list[Score]:
     return [Score(float(v)) for v in flat]
 
 
+DEFAULT_MODEL = "reward_model"
+
+
 class TritonRewardModel(RewardFunction):
     name = "reward_model"
 
@@ -54,10 +58,8 @@ class TritonRewardModel(RewardFunction):
         self._clients: dict[str, Any] = {}
 
     def check(self, params: Params) -> None:
-        if not params.get("model"):
-            raise ValueError("param 'model' (the Triton model name) is required")
         if not (params.get("url") or self.default_url):
-            raise ValueError("no Triton URL: set SY_REWARD_TRITON_URL or param 'url'")
+            raise ValueError("no Triton URL: set SY_REWARD_TRITON_URL (or SY_TRITON_URL) or param 'url'")
         if _float(params, "timeout_s", 10.0) <= 0:
             raise ValueError("param 'timeout_s' must be positive")
 
@@ -75,16 +77,17 @@ class TritonRewardModel(RewardFunction):
         if not samples:
             return []
         url = params.get("url") or self.default_url or ""
+        model = params.get("model", DEFAULT_MODEL)
         output = params.get("output", "SCORE")
         try:
             result = await self._client(url).infer(
-                params["model"],
+                model,
                 build_inputs(samples, params),
                 outputs=[InferRequestedOutput(output)],
                 client_timeout=_float(params, "timeout_s", 10.0),
             )
         except InferenceServerException as exc:
-            raise RewardUnavailable(f"reward model {params['model']!r} at {url}: {exc}") from exc
+            raise RewardUnavailable(f"reward model {model!r} at {url}: {exc}") from exc
         return parse_scores(result.as_numpy(output), len(samples))
 
     async def aclose(self) -> None:

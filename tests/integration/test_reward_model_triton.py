@@ -1,7 +1,8 @@
 """The reward_model function against a live Triton server (the lead's check once Triton is on main).
 
-Set TEST_TRITON_URL (gRPC host:port) and TEST_TRITON_REWARD_MODEL (a model with inputs PROMPT,
-COMPLETION: BYTES [batch, 1] and output SCORE: FP32 [batch, 1]); skipped otherwise.
+Set TEST_TRITON_URL (gRPC host:port of a tritonserver on deploy/triton/models; skipped otherwise) and
+optionally TEST_TRITON_REWARD_MODEL (default reward_model: inputs PROMPT, COMPLETION BYTES [batch, 1],
+output SCORE FP32 [batch, 1]).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import pytest
 from shared.rewards import RewardUnavailable, Sample, SpecItem, default_functions, score_group
 
 URL = os.environ.get("TEST_TRITON_URL")
-MODEL = os.environ.get("TEST_TRITON_REWARD_MODEL")
+MODEL = os.environ.get("TEST_TRITON_REWARD_MODEL", "reward_model")
 
 
-@pytest.mark.skipif(not (URL and MODEL), reason="no live Triton reward model configured")
+@pytest.mark.skipif(not URL, reason="no live Triton configured (TEST_TRITON_URL)")
 def test_reward_model_scores_a_group_in_one_call() -> None:
     fns = default_functions(URL)
     samples = [Sample("What is 2+2?", t) for t in ("4", "five", "4, because 2+2=4")]

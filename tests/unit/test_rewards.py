@@ -106,7 +106,6 @@ def test_spec_checks_name_the_problem() -> None:
         ([SpecItem("json_schema", 1.0, {"schema": '{"type": 5}'})], "not a valid JSON schema"),
         ([SpecItem("length_penalty", 1.0, {"target": "10", "limit": "5"})], "target < limit"),
         ([SpecItem("code_tests", 1.0, {"timeout_s": "600"})], "timeout_s"),
-        ([SpecItem("reward_model", 1.0, {})], "model"),
     ):
         with pytest.raises(ValueError, match=needle):
             check_spec(items, FNS)
