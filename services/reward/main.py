@@ -120,8 +120,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
         except Rejected:
             return []
-        if env.kind != Kind.KIND_ROLLOUT or not env.rollout.rollout_id or env.request_id in published:
+        if env.kind != Kind.KIND_ROLLOUT or env.request_id in published:
             return []
+        env.rollout.rollout_id = env.rollout.rollout_id or env.request_id
         dl.request_id, dl.tenant = env.request_id, env.tenant
         set_error(env, dl.error_code, dl.reason, "reward", 500)
         out = error_record(env)

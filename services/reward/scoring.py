@@ -80,8 +80,12 @@ class RewardStage:
 
     async def handle(self, env: Envelope) -> GroupOutput | Envelope | None:
         """None: not ours, or already published. An Envelope: the group failed upstream."""
-        if env.kind != Kind.KIND_ROLLOUT or not env.rollout.rollout_id:
+        if env.kind != Kind.KIND_ROLLOUT:
             return None
+        if not env.rollout.rollout_id:
+            if not env.error.code:
+                return None
+            env.rollout.rollout_id = env.request_id  # a job refused before fan-out (Kafka producer, no id)
         if env.request_id in self.published:
             DUPLICATES.inc()
             log.info("group already published; redelivery dropped", request_id=env.request_id)

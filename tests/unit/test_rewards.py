@@ -431,3 +431,15 @@ def test_gateway_rollout_store_counts_once_and_reports_status(tmp_path: Path) ->
     store.add(failed)
     assert store.get("t", "ro-2")["status"] == "failed"
     assert store.get("t", "ro-2")["error"]["message"] == "bad spec"
+
+
+def test_a_refused_kafka_job_without_rollout_id_still_completes_as_failed() -> None:
+    env = Envelope(request_id="job-7", tenant="t", kind=Kind.KIND_ROLLOUT, model="sy-tiny")
+    env.error.code, env.error.message = "invalid_request", "rollout.prompts[0] needs messages or a prompt"
+
+    async def main() -> None:
+        out = await RewardStage(FNS, await _alias_at(1), Published()).handle(env)
+        assert isinstance(out, Envelope) and out.rollout.rollout_id == out.request_id == "job-7"
+        assert out.error.code == "invalid_request"
+
+    asyncio.run(main())
