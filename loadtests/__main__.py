@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, cache, cache_eval, lora, multimodal, pipeline, profile_overhead
+from loadtests import bus, cache, cache_eval, lora, multimodal, pipeline, profile_overhead, rollouts
 
 SCENARIOS = {
     "bus": bus.run,
@@ -17,6 +17,7 @@ SCENARIOS = {
     "cache": cache.run,
     "profile-overhead": profile_overhead.run,
     "multimodal": multimodal.run,
+    "rollouts": rollouts.run,
 }
 
 

@@ -397,6 +397,18 @@ class Settings(BaseSettings):
     media_remote_allow_private: bool = Field(
         default=False, description="Allow remote URLs that resolve to loopback/private addresses (tests only)"
     )
+    # --- RL rollouts and rewards (issue 8) ------------------------------------------------
+    reward_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port of reward models (the reward_model function); unset = SY_TRITON_URL",
+    )
+    reward_policy_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long the reward service caches where a policy alias points"
+    )
+    reward_dedupe_capacity: int = Field(
+        default=1_000_000, ge=1000, description="Published group ids the reward service remembers (dedupe)"
+    )
+    rollout_max_prompts: int = Field(default=1024, ge=1, description="Prompts in one rollout job")
 
     @field_validator("kafka_bootstrap")
     @classmethod

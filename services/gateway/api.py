@@ -27,6 +27,7 @@ from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 from .limits import Slots, TenantLimiter
 from .openai_format import StreamDeduper, chunk, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
+from .rollouts import rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
 
 log = get_logger(__name__)
@@ -439,6 +440,7 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(404, f"no request {request_id!r}", "not_found")
         return found
 
+    app.include_router(rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError))
     return app
 
 

@@ -19,6 +19,7 @@ from shared.telemetry import get_logger
 
 from .api import Backend, BodyLimit, async_result, create_app
 from .replies import ReplyRouter, ResultStore
+from .rollouts import RolloutStore, follow_rewards, store_path
 
 log = get_logger(__name__)
 
@@ -142,7 +143,12 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
-    return Service([], background=[read_replies, resubmit], app=app)
+    rollouts = RolloutStore(store_path(settings))
+
+    async def read_rewards(stop: asyncio.Event) -> None:
+        await follow_rewards(settings, rollouts, stop)
+
+    return Service([], background=[read_replies, resubmit, read_rewards], app=app)
 
 
 def main() -> None:
