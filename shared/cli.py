@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     p_build.set_defaults(func=cmd_models)
     p_async = sub.add_parser("asyncapi", help="print the AsyncAPI document of the topics")
     p_async.set_defaults(func=cmd_asyncapi)
+    from shared.batch_cli import add_parser as add_batch_parser  # batch jobs (issue 9)
+
+    add_batch_parser(sub)
     args = parser.parse_args(argv)
     raise SystemExit(args.func(args))
 

@@ -23,6 +23,7 @@ from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
+from .batches import batch_router
 from .openai_format import StreamDeduper, chunk, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
@@ -362,6 +363,7 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(404, f"no request {request_id!r}", "not_found")
         return found
 
+    app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
 
 
