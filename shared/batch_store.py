@@ -208,11 +208,16 @@ class BatchStore:
         except ObjectNotFound:
             return None
 
-    async def add_results(self, batch_id: str, chunk_name: str, rows: list[dict[str, Any]]) -> None:
-        await self.store.put(self._work(batch_id, f"results/{chunk_name}.jsonl"), jsonl(rows))
+    async def add_results(self, batch_id: str, chunk_name: str, rows: list[dict[str, Any]]) -> str:
+        key = self._work(batch_id, f"results/{chunk_name}.jsonl")
+        await self.store.put(key, jsonl(rows))
+        return key
 
     async def result_chunks(self, batch_id: str) -> list[str]:
         return [i.key for i in await self.store.list(self._work(batch_id, "results/"))]
 
     async def read_key(self, key: str) -> bytes:
         return await self.store.get(key)
+
+    async def delete_key(self, key: str) -> None:
+        await self.store.delete(key)

@@ -31,6 +31,8 @@ log = get_logger(__name__)
 
 Publish = Callable[[list[Envelope]], Awaitable[None]]
 TICK_S = 0.1
+COMPACT_CHUNKS = 32  # merge stored answer chunks past this many
+REFRESH_S = 0.5  # how often stored answers are listed (a listing stats every chunk)
 
 
 class LeaseLost(RuntimeError):
@@ -64,7 +66,21 @@ class Results:
                     continue
                 self.by_line[line] = row
                 new += 1
+        if len(self._read) > COMPACT_CHUNKS:
+            await self._compact()
         return new
+
+    async def _compact(self) -> None:
+        """Merge the chunks read so far into one, so listings stay short on long jobs.
+
+        Only the lease holder does this; a crash between the write and the deletes leaves
+        duplicates, which the first-answer-wins rule absorbs.
+        """
+        name = f"merged-{time.time_ns()}"
+        merged = await self.store.add_results(self.batch_id, name, list(self.by_line.values()))
+        for key in self._read:
+            await self.store.delete_key(key)
+        self._read = {merged}
 
 
 class BatchJob:
@@ -182,10 +198,12 @@ class BatchJob:
         deadline_ms = (batch.expires_at or 0) * 1000
         rate = self.s.batch_rate_per_s
         started, sent_at_start = time.monotonic(), sent
-        last_save, last_counts = 0.0, None
+        last_save, last_counts, last_refresh = 0.0, None, 0.0
         cancel_at: int | None = None
         while not lost.is_set():
-            await results.refresh()
+            if time.monotonic() - last_refresh >= REFRESH_S:
+                last_refresh = time.monotonic()
+                await results.refresh()
             done = results.by_line
             failed_now = sum(1 for r in done.values() if r["status_code"] != 200)
             batch.request_counts = RequestCounts(
