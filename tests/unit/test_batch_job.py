@@ -74,7 +74,8 @@ class Loopback:
 
 
 @pytest.fixture
-async def env(tmp_path: Path):
+async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("services.batch.job.REFRESH_S", 0.02)
     store = BatchStore(LocalStore(tmp_path / "objects"))
     collector = Collector(store, "test", window_s=0.01)
     stop = asyncio.Event()
