@@ -59,7 +59,7 @@ class CeleryWorker:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
-            "--loglevel=WARNING",
+            f"--loglevel={self.s.log_level}",
         ]
 
     def start(self) -> None:
