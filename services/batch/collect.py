@@ -30,7 +30,7 @@ class _Pending:
 
 
 class Collector:
-    def __init__(self, store: BatchStore, instance: str, window_s: float = 0.25, max_rows: int = 500) -> None:
+    def __init__(self, store: BatchStore, instance: str, window_s: float = 0.1, max_rows: int = 500) -> None:
         self.store, self.instance = store, instance
         self.window_s, self.max_rows = window_s, max_rows
         self._pending: dict[str, _Pending] = {}

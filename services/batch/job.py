@@ -32,7 +32,7 @@ log = get_logger(__name__)
 Publish = Callable[[list[Envelope]], Awaitable[None]]
 TICK_S = 0.1
 COMPACT_CHUNKS = 32  # merge stored answer chunks past this many
-REFRESH_S = 0.5  # how often stored answers are listed (a listing stats every chunk)
+REFRESH_S = 0.2  # how often stored answers are listed (a listing stats every chunk)
 
 
 class LeaseLost(RuntimeError):
