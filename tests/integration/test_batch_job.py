@@ -1,4 +1,5 @@
-"""The batch job's state machine on a real LocalStore, with the pipeline replaced by a loopback.
+"""The batch job's state machine on real object stores (a local directory, and moto's S3 server
+as production's MinIO stand-in), with the pipeline replaced by a loopback.
 
 The loopback answers each sent envelope straight into the real Collector, so these tests cover
 the job's own logic (resume from stored progress, dedupe, compaction, cancel, expiry) in
@@ -8,21 +9,26 @@ milliseconds; tests/e2e/test_batches.py runs the same job through the real pipel
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from moto.server import ThreadedMotoServer
 from switchyard.v1.envelope_pb2 import Choice
 
 from services.batch.collect import Collector
 from services.batch.job import BatchJob
 from shared.batch_store import BatchObject, BatchStore, read_jsonl
 from shared.config import Settings
+from shared.embedded.procs import free_port
 from shared.envelope import Envelope
-from shared.storage import LocalStore
+from shared.storage import LocalStore, ObjectStore, S3Store
 
 CHAT = "/v1/chat/completions"
+_buckets = itertools.count()
 
 
 def settings(tmp: Path, **kw: object) -> Settings:
@@ -73,10 +79,29 @@ class Loopback:
                 asyncio.get_running_loop().create_task(self.collector.handle(reply))
 
 
-@pytest.fixture
-async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+async def env(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("services.batch.job.REFRESH_S", 0.02)
-    store = BatchStore(LocalStore(tmp_path / "objects"))
+    if request.param == "s3":
+        objects: ObjectStore = S3Store(
+            request.getfixturevalue("s3_endpoint"),
+            f"sy-batch-{next(_buckets)}",
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+        )
+    else:
+        objects = LocalStore(tmp_path / "objects")
+    store = BatchStore(objects)
     collector = Collector(store, "test", window_s=0.01)
     stop = asyncio.Event()
     task = asyncio.create_task(collector.run(stop))
