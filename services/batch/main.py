@@ -115,7 +115,7 @@ class Sweep:
             if now - self._sent.get(batch_id, 0) < self.s.batch_lease_s:
                 continue
             batch = await self.store.get_batch(tenant, batch_id)
-            if batch is None or (lease is None and now - batch.created_at < self.s.batch_lease_s / 3):
+            if batch is None or (lease is None and now - batch.created_at < self.s.batch_lease_s):
                 continue
             self._sent[batch_id] = now
             self.enqueued += 1
