@@ -29,6 +29,8 @@ run: $(STAMP)
 # The e2e tests serve the local model: build it first (cached; ~4 min the first time).
 test: $(STAMP)
 	$(BIN)/switchyard models build
+	# batch tests run Celery on a real Redis too (the tests start it on a free port)
+	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(STAMP)

@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     p_prof.add_argument("--out", default="var/profile", help="where run.json, analysis.json, report.html go")
     p_prof.add_argument("--report-only", metavar="RUN_JSON", help="only render the report of a recorded run")
     p_prof.set_defaults(func=cmd_profile)
+    from shared.batch_cli import add_parser as add_batch_parser  # batch jobs (issue 9)
+
+    add_batch_parser(sub)
     args = parser.parse_args(argv)
     raise SystemExit(args.func(args))
 

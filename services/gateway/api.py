@@ -24,6 +24,7 @@ from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_req
 from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
+from .batches import batch_router
 from .limits import Slots, TenantLimiter
 from .openai_format import StreamDeduper, chunk, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
@@ -441,6 +442,7 @@ def create_app(backend: Backend) -> FastAPI:
         return found
 
     app.include_router(rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError))
+    app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
 
 

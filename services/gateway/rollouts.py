@@ -30,10 +30,10 @@ from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Priority, Rejected, decode
+from shared.openai_format import chat_message
 from shared.rewards import SpecItem, check_spec, default_functions, triton_url_of
 from shared.telemetry import get_logger
 
-from .openai_format import _message
 from .schemas import ChatMessageIn
 
 log = get_logger(__name__)
@@ -149,7 +149,7 @@ def to_job_envelope(req: RolloutRequest, rollout_id: str, tenant: str) -> Envelo
     for p in req.prompts:
         rp = RolloutPrompt(prompt=p.prompt or "", references=p.references)
         if p.messages:
-            rp.messages.extend(_message(m) for m in p.messages)
+            rp.messages.extend(chat_message(m) for m in p.messages)
         r.prompts.append(rp)
     for f in req.reward.functions:
         r.reward_spec.functions.append(RewardFunction(name=f.name, weight=f.weight, params=f.params_text()))
