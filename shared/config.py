@@ -304,6 +304,10 @@ class Settings(BaseSettings):
         gt=0,
         description="Heartbeat age after which a worker (and a pool with no fresher one) is out (default: 3 heartbeats)",
     )
+    cache_embed_on_triton: bool = Field(
+        default=False,
+        description="Cache embeddings on the Triton pool's all-minilm-l6-v2 (SY_TRITON_URL) instead of in-process",
+    )
     router_pending_max: int = Field(
         default=100000, ge=100, description="Routed-but-unanswered requests the router tracks for fail-over"
     )

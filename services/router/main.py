@@ -74,7 +74,12 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     async def heartbeats(stop: asyncio.Event) -> None:
         await follow(
-            settings, settings.topic("heartbeats"), on_heartbeat, stop, from_beginning=False, client_id="router-hb"
+            settings,
+            settings.topic("heartbeats"),
+            on_heartbeat,
+            stop,
+            from_beginning=False,
+            client_id="router-hb",
         )
 
     async def answers(stop: asyncio.Event) -> None:
@@ -92,7 +97,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 for rid, item in moved:
                     env = decode(item.envelope)
                     age = state.last_seen_age(p.name) or 0.0
-                    emit = route(env, exclude=frozenset({p.name}), why=f"failover from {p.name} (silent {age:.1f}s)")
+                    emit = route(
+                        env, exclude=frozenset({p.name}), why=f"failover from {p.name} (silent {age:.1f}s)"
+                    )
                     try:
                         await producer.send(out_record(emit))
                     except Exception as exc:  # noqa: BLE001 - retried on the next pass

@@ -31,7 +31,9 @@ class PendingTable:
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, request_id: str, pool: str, envelope: bytes, now: float | None = None, failovers: int = 0) -> None:
+    def add(
+        self, request_id: str, pool: str, envelope: bytes, now: float | None = None, failovers: int = 0
+    ) -> None:
         self._items.pop(request_id, None)
         self._items[request_id] = Pending(pool, envelope, time.monotonic() if now is None else now, failovers)
         while len(self._items) > self.max_entries:

@@ -22,7 +22,10 @@ from shared.envelope import Envelope
 
 from .workers import WorkerTable
 
-# Prior TTFT by device class until the router has measured a pool (ms).
+# Interactive traffic ranks pools by declared device class first (what the operator knows about
+# the hardware), then by the TTFT the router measured (prior by class until it has measured):
+# measured TTFT alone flips with momentary load, which the load term already covers.
+DEVICE_RANK = {"gpu": 0, "cpu": 1, "edge": 2}
 DEVICE_PRIOR_TTFT_MS = {"gpu": 10.0, "cpu": 40.0, "edge": 80.0}
 EWMA_ALPHA = 0.2
 
@@ -156,12 +159,15 @@ def choose_pool(
 
     def rank(p: PoolConfig) -> tuple[object, ...]:
         saturated, load = state.load(p.name, now)
-        speed_or_cost = state.ttft_ms(p) if slo == "interactive" else p.cost
-        tie = p.cost if slo == "interactive" else state.ttft_ms(p)
+        if slo == "interactive":
+            slo_key: tuple[float, ...] = (DEVICE_RANK.get(p.device, 3), round(state.ttft_ms(p), 3))
+            tie = p.cost
+        else:
+            slo_key, tie = (p.cost,), state.ttft_ms(p)
         return (
             health[p.name] != "live",
             saturated,
-            round(speed_or_cost, 3),
+            slo_key,
             not state.resident(p.name, label, now),
             round(load, 3),
             tie,
@@ -170,7 +176,9 @@ def choose_pool(
 
     best = min(usable, key=rank)
     saturated, load = state.load(best.name, now)
-    basis = f"ttft~{state.ttft_ms(best):.0f}ms" if slo == "interactive" else f"cost {best.cost:g}"
+    basis = (
+        f"{best.device}, ttft~{state.ttft_ms(best):.0f}ms" if slo == "interactive" else f"cost {best.cost:g}"
+    )
     reason = f"{slo}: {health[best.name]} pool, {basis}, load {load:.2f}"
     if saturated:
         reason += " (every capable pool saturated)"

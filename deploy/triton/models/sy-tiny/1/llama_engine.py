@@ -241,14 +241,20 @@ class Engine:
                 if self._stop:
                     return
                 admitted = []
-                while self.waiting and self.free:
+                while self.waiting and len(admitted) < len(self.free):
                     admitted.append(self.waiting.popleft())
             try:
-                for req in admitted:
-                    self._prefill(req)
+                while admitted:
+                    self._prefill(admitted[0])
+                    admitted.pop(0)
                 if self.running:
                     self._decode()
-            except Exception as exc:  # noqa: BLE001 - fail the batch, keep the server alive
+            except Exception as exc:  # noqa: BLE001 - fail this batch, keep the server alive
+                for req in admitted:  # admitted but not started: answer them too
+                    try:
+                        req.emit(GenStep([], str(exc), "error", len(req.prompt_ids), 0))
+                    except Exception:  # noqa: BLE001
+                        pass
                 for s in list(self.running):
                     self._finish(s, "error", error=str(exc))
 
@@ -260,7 +266,11 @@ class Engine:
             seq.gen = torch.Generator().manual_seed(int(req.seed))
         ids = torch.tensor([req.prompt_ids])
         positions = torch.arange(len(req.prompt_ids)).unsqueeze(0)
-        logits = self.model.forward(ids, positions, torch.tensor([slot]), len(req.prompt_ids), self.cache)
+        try:
+            logits = self.model.forward(ids, positions, torch.tensor([slot]), len(req.prompt_ids), self.cache)
+        except Exception:
+            self.free.append(slot)
+            raise
         seq.pos = len(req.prompt_ids)
         self.running.append(seq)
         self._advance([seq], logits)

@@ -45,7 +45,9 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         model_dir = params.get("model_dir") or ""
         if not model_dir:
-            base = os.environ.get("SY_MODELS_DIR") or os.path.join(os.environ.get("SY_VAR_DIR", "var"), "models")
+            base = os.environ.get("SY_MODELS_DIR") or os.path.join(
+                os.environ.get("SY_VAR_DIR", "var"), "models"
+            )
             model_dir = os.path.join(base, params.get("weights", "sy-tiny"))
         path = Path(model_dir)
         if not (path / "config.json").is_file():
