@@ -7,13 +7,14 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, cache_eval, lora, pipeline
+from loadtests import bus, cache_eval, lora, pipeline, pools
 
 SCENARIOS = {
     "bus": bus.run,
     "pipeline-vs-engine": pipeline.run,
     "lora-scaling": lora.run,
     "cache-eval": cache_eval.run,
+    "pools": pools.run,
 }
 
 
