@@ -50,6 +50,14 @@ class PoolStats:
         self.served += 1
 
 
+@dataclass(frozen=True)
+class PoolSnapshot:
+    health: str  # live | down | unknown
+    saturated: bool
+    load: float  # in-flight share over live workers
+    adapters: frozenset[str]
+
+
 @dataclass
 class PoolState:
     """Per-pool health and speed, derived from the worker table and observed responses."""
@@ -65,18 +73,17 @@ class PoolState:
     def last_seen_age(self, pool: str, now: float | None = None) -> float | None:
         return self.workers.last_seen_age(pool, now)
 
-    def load(self, pool: str, now: float | None = None) -> tuple[bool, float]:
-        """(saturated, in-flight share) over the pool's live workers; unknown pools count as empty."""
+    def snapshot(self, pool: str, now: float | None = None) -> PoolSnapshot:
+        """Everything one decision needs about a pool, from one pass over its workers."""
         live = self.workers.live(pool, now, need_partitions=False)
         if not live:
-            return False, 0.0
-        in_flight = sum(w.in_flight for w in live)
+            return PoolSnapshot("down" if self.workers.seen(pool) else "unknown", False, 0.0, frozenset())
         capacity = sum(max(1, w.hb.max_in_flight) for w in live)
-        return all(w.saturated for w in live), in_flight / capacity
-
-    def resident(self, pool: str, adapter_label: str, now: float | None = None) -> bool:
-        return bool(adapter_label) and any(
-            adapter_label in w.hb.adapters for w in self.workers.live(pool, now, need_partitions=False)
+        return PoolSnapshot(
+            "live",
+            all(w.saturated for w in live),
+            sum(w.in_flight for w in live) / capacity,
+            frozenset(a for w in live for a in w.hb.adapters),
         )
 
     def ttft_ms(self, pool: PoolConfig) -> float:
@@ -144,7 +151,8 @@ def choose_pool(
     if state is None:  # no live state (tests, or before the first heartbeat): the cheapest
         best = min(capable, key=lambda p: p.cost)
         return Decision(best, key, "cheapest capable pool")
-    health = {p.name: state.health(p.name, now) for p in capable}
+    snap = {p.name: state.snapshot(p.name, now) for p in capable}
+    health = {name: s.health for name, s in snap.items()}
     usable = [p for p in capable if health[p.name] != "down" and p.name not in exclude]
     if not usable:
         parts = []
@@ -158,31 +166,31 @@ def choose_pool(
     label = adapter_label(env)
 
     def rank(p: PoolConfig) -> tuple[object, ...]:
-        saturated, load = state.load(p.name, now)
+        s = snap[p.name]
         if slo == "interactive":
             slo_key: tuple[float, ...] = (DEVICE_RANK.get(p.device, 3), round(state.ttft_ms(p), 3))
             tie = p.cost
         else:
             slo_key, tie = (p.cost,), state.ttft_ms(p)
         return (
-            health[p.name] != "live",
-            saturated,
+            s.health != "live",
+            s.saturated,
             slo_key,
-            not state.resident(p.name, label, now),
-            round(load, 3),
+            not (label and label in s.adapters),
+            round(s.load, 3),
             tie,
             p.name,
         )
 
     best = min(usable, key=rank)
-    saturated, load = state.load(best.name, now)
+    s = snap[best.name]
     basis = (
         f"{best.device}, ttft~{state.ttft_ms(best):.0f}ms" if slo == "interactive" else f"cost {best.cost:g}"
     )
-    reason = f"{slo}: {health[best.name]} pool, {basis}, load {load:.2f}"
-    if saturated:
-        reason += " (every capable pool saturated)"
-    if label and state.resident(best.name, label, now):
+    reason = f"{slo}: {s.health} pool, {basis}, load {s.load:.2f}"
+    if s.saturated:
+        reason += " (saturated: it queues)"
+    if label and label in s.adapters:
         reason += f", {label} resident"
     skipped = sorted(n for n, h in health.items() if h == "down")
     if skipped:

@@ -116,7 +116,7 @@ def test_load_spills_from_a_saturated_pool_and_balances_equal_pools() -> None:
         (100, hb("gpu", "g1", in_flight=4)), (100, hb("cpu", "c1", 4)), (100, hb("edge", "e1", 4))
     )
     d = choose_pool(req(), POOLS, st_full, now=101)
-    assert d.pool is GPU and "saturated" in d.reason  # all full: still the best, the pool queues
+    assert d.pool is GPU and "saturated" in d.reason  # all full: still the best, it queues
     a = PoolConfig(name="a", engine="vllm", models=["m"])
     b = PoolConfig(name="b", engine="triton", models=["m"])
     st_ab = state_with((100, hb("a", "a1", in_flight=3)), (100, hb("b", "b1", in_flight=1)))
