@@ -119,7 +119,9 @@ class EmbeddedTriton:
     def _backend_dir(self, facts: dict[str, str]) -> Path:
         """The python backend as the server expects it: library, utils and the stub in one folder."""
         src = Path(facts["pytriton"]) / "tritonserver"
-        dest = self.var_dir / "triton" / "backends" / "python"
+        # Not under a folder named `triton`: the stub's sys.path starts with its working directory,
+        # and a `triton` folder there shadows OpenAI's triton package that torch._dynamo probes.
+        dest = self.var_dir / "tritonserver-backends" / "python"
         dest.mkdir(parents=True, exist_ok=True)
         files = {
             "libtriton_python.so": src / "backends" / "python" / "libtriton_python.so",
@@ -170,7 +172,7 @@ class EmbeddedTriton:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
             argv,
-            cwd=self.var_dir,
+            cwd=self.log_path.parent,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -217,3 +217,33 @@ async def test_sigkilled_pool_fails_over_pending_and_new_requests(broker, pools)
     for e in fresh:
         r = routes(got[e.request_id])
         assert len(r) == 1 and r[0]["pool"] == "triton" and "down: vllm" in r[0]["reason"]
+
+
+def test_embedding_and_reward_models_on_triton(triton) -> None:
+    """The cache's embedder served by Triton gives the in-process vectors; the reward slot scores
+    a relevant completion above an unrelated one (batched rows in one call)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from services.cache.embed import load_minilm, load_triton_minilm
+
+    texts = ["What is the capital of France?", "Reset my password", "Don't reset my password"]
+    remote = load_triton_minilm(triton.grpc_url)(texts)
+    local = load_minilm()(texts)
+    assert remote.shape == (3, 384)
+    assert np.allclose(remote, local, atol=1e-4)
+
+    client = grpcclient.InferenceServerClient(triton.grpc_url)
+    rows = [
+        (b"What is the capital of France?", b"Paris is the capital of France."),
+        (b"What is the capital of France?", b"I like turtles and pancakes."),
+    ]
+    inputs = []
+    for i, name in enumerate(("PROMPT", "COMPLETION")):
+        arr = np.asarray([[r[i]] for r in rows], dtype=np.object_)
+        t = grpcclient.InferInput(name, list(arr.shape), "BYTES")
+        t.set_data_from_numpy(arr)
+        inputs.append(t)
+    scores = client.infer("reward_model", inputs).as_numpy("SCORE").reshape(-1)
+    assert scores.dtype == np.float32 and scores.shape == (2,)
+    assert scores[0] > scores[1] and -1.0 <= scores[1] <= scores[0] <= 1.0
