@@ -43,7 +43,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     if not settings.triton_url:
         raise RuntimeError("SY_TRITON_URL is not set (the launcher sets it for the embedded tritonserver)")
     pool = settings.triton_pool
-    pool_models = set(settings.pool(pool).models) if any(p.name == pool for p in settings.pools) else set()
+    try:
+        pool_models = set(settings.pool(pool).models)
+    except KeyError:
+        raise RuntimeError(f"SY_TRITON_POOL={pool!r} is not a pool in SY_POOLS") from None
     engine = TritonEngine(settings.triton_url, metrics_url(settings), settings.triton_timeout_s)
     started = time.monotonic()
     while not await engine.live():  # the launcher starts Triton in the background
@@ -114,7 +117,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     def heartbeat() -> Heartbeat:
         if not state["live"]:
             raise RuntimeError("Triton is not ready; no heartbeat")
-        models = sorted(engine.ready_models & pool_models) if pool_models else sorted(engine.ready_models)
+        models = sorted(engine.ready_models & pool_models)
         return Heartbeat(
             pool=pool,
             worker_id=worker,
