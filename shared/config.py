@@ -50,6 +50,11 @@ class PoolConfig(BaseModel):
     modalities: list[Literal["text", "image", "audio"]] = ["text"]
     max_lora_rank: int = Field(default=0, ge=0)
     cost: float = Field(default=1.0, ge=0)
+    # Engine knobs of this pool (issue 6), passed through where the engine supports them on that
+    # device: vLLM dtype, quantization and cpu_offload_gb. Triton's precision is per model (sy-tiny-bf16).
+    precision: str | None = None
+    quantization: str | None = None
+    cpu_offload_gb: float = Field(default=0.0, ge=0)
 
     @property
     def topic_suffix(self) -> str:
@@ -155,7 +160,7 @@ class Settings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="Default: <var_dir>/models")
     pools: list[PoolConfig] = Field(
         default_factory=_default_pools,
-        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
+        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost, precision, quantization, cpu_offload_gb",
     )
 
     router_adapter_affinity: bool = Field(

@@ -144,3 +144,16 @@ def test_pending_table_tracks_per_pool_bounded_and_expires() -> None:
     t.add("r3", "b", b"y", now=104, failovers=1)  # moved on fail-over
     assert [r for r, _ in t.of_pool("b")] == ["r2", "r3"] and t.of_pool("b")[1][1].failovers == 1
     assert t.expire(now=113.5) == 1 and len(t) == 1
+
+
+def test_pool_engine_knobs_pass_through_to_vllm() -> None:
+    from services.vllm_worker.engine import pool_engine_knobs
+    from shared.config import Settings
+
+    pools = [
+        PoolConfig(name="vllm", engine="vllm", models=["sy-tiny"], precision="bfloat16", cpu_offload_gb=2),
+        PoolConfig(name="q", engine="vllm", models=["sy-tiny"], quantization="fp8"),
+    ]
+    assert pool_engine_knobs(Settings(pools=pools)) == {"dtype": "bfloat16", "cpu_offload_gb": 2}
+    assert pool_engine_knobs(Settings(pools=pools, vllm_pool="q")) == {"quantization": "fp8"}
+    assert pool_engine_knobs(Settings(pools=pools, vllm_pool="none")) == {}
