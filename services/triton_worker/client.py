@@ -145,4 +145,15 @@ class ScrapedMetrics(Collector):
     async def scrape(self, http: httpx.AsyncClient, url: str) -> None:
         r = await http.get(url)
         r.raise_for_status()
-        self.families = [f for f in text_string_to_metric_families(r.text) if f.name.startswith("nv_")]
+        self.families = [
+            _as_scraped(f) for f in text_string_to_metric_families(r.text) if f.name.startswith("nv_")
+        ]
+
+
+def _as_scraped(family: Metric) -> Metric:
+    """Re-exposed under Triton's own names: untyped, so no `_total` is appended to its counters."""
+    out = Metric(family.name, family.documentation, "unknown")
+    for s in family.samples:
+        name = s.name[: -len("_total")] if family.type == "counter" and s.name.endswith("_total") else s.name
+        out.add_sample(name, s.labels, s.value)
+    return out
