@@ -7,7 +7,18 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import batch, bus, cache, cache_eval, lora, multimodal, pipeline, profile_overhead, rollouts
+from loadtests import (
+    batch,
+    bus,
+    cache,
+    cache_eval,
+    lora,
+    multimodal,
+    pipeline,
+    pools,
+    profile_overhead,
+    rollouts,
+)
 
 SCENARIOS = {
     "bus": bus.run,
@@ -19,6 +30,7 @@ SCENARIOS = {
     "multimodal": multimodal.run,
     "rollouts": rollouts.run,
     "batch": batch.run,
+    "pools": pools.run,
 }
 
 

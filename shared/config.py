@@ -50,6 +50,11 @@ class PoolConfig(BaseModel):
     modalities: list[Literal["text", "image", "audio"]] = ["text"]
     max_lora_rank: int = Field(default=0, ge=0)
     cost: float = Field(default=1.0, ge=0)
+    # Engine knobs of this pool (issue 6), passed through where the engine supports them on that
+    # device: vLLM dtype, quantization and cpu_offload_gb. Triton's precision is per model (sy-tiny-bf16).
+    precision: str | None = None
+    quantization: str | None = None
+    cpu_offload_gb: float = Field(default=0.0, ge=0)
 
     @property
     def topic_suffix(self) -> str:
@@ -59,6 +64,11 @@ class PoolConfig(BaseModel):
 def _default_pools() -> list[PoolConfig]:
     return [
         PoolConfig(name="vllm", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8),
+        # The CPU/edge pool on Triton: the same model (and a bf16 variant only it serves), cheaper,
+        # so batch traffic fills it while interactive traffic prefers the faster pool.
+        PoolConfig(
+            name="triton", engine="triton", device="edge", models=["sy-tiny", "sy-tiny-bf16"], cost=0.5
+        ),
     ]
 
 
@@ -159,7 +169,7 @@ class Settings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="Default: <var_dir>/models")
     pools: list[PoolConfig] = Field(
         default_factory=_default_pools,
-        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
+        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost, precision, quantization, cpu_offload_gb",
     )
 
     router_adapter_affinity: bool = Field(
@@ -442,6 +452,35 @@ class Settings(BaseSettings):
         default=10.0, ge=0, description="How long a cancelled job waits for lines already sent"
     )
 
+    # --- Triton pool and router pools (issue 6: heterogeneous pools) -------------------
+    triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC address host:port; unset = the launcher starts the embedded tritonserver",
+    )
+    triton_metrics_url: str | None = Field(
+        default=None,
+        description="Triton Prometheus URL the worker scrapes (default: http://<triton host>:8002/metrics)",
+    )
+    triton_pool: str = Field(
+        default="triton", description="Pool this Triton worker serves (topic infer.<pool>)"
+    )
+    triton_max_in_flight: int = Field(
+        default=32, ge=1, description="Requests one Triton worker has in flight at once"
+    )
+    triton_timeout_s: float = Field(default=300.0, gt=0, description="Bound on one Triton generation")
+    router_stale_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Heartbeat age after which a worker (and a pool with no fresher one) is out (default: 3 heartbeats)",
+    )
+    cache_embed_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port whose all-minilm-l6-v2 embeds cache prompts; unset = in-process",
+    )
+    router_pending_max: int = Field(
+        default=100000, ge=100, description="Routed-but-unanswered requests the router tracks for fail-over"
+    )
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _bootstrap_shape(cls, v: str | None) -> str | None:
@@ -493,6 +532,10 @@ class Settings(BaseSettings):
 
     def model_path(self) -> str:
         return self.vllm_model_path or str(self.model_dir / self.vllm_model)
+
+    @property
+    def router_stale_s(self) -> float:
+        return self.router_stale_after_s or 3 * self.heartbeat_interval_s
 
     def pool(self, name: str) -> PoolConfig:
         for p in self.pools:
@@ -547,7 +590,11 @@ def markdown_table() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, f in Settings.model_fields.items():
         if f.default_factory is not None:
-            default = "(computed)" if name != "pools" else "one `vllm` pool serving `sy-tiny`"
+            default = (
+                "(computed)"
+                if name != "pools"
+                else "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16, cost 0.5)"
+            )
         else:
             default = "unset" if f.default is None else f"`{f.default}`"
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {default} | {f.description or ''} |")
