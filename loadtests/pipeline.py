@@ -166,6 +166,8 @@ def start_pipeline(
         SY_VLLM_ENABLE_LORA="false",
         # The serving workloads repeat temperature-0 prompts; the `cache` scenario turns it on.
         SY_CACHE_ENABLED=str(cache).lower(),
+        # One vLLM pool, as the engine baselines have: the `pools` scenario measures Triton's.
+        SY_POOLS=json.dumps([{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra_env)
