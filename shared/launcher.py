@@ -77,7 +77,7 @@ class Launcher:
     def __init__(self, settings: Settings, services: list[str] | None = None, out: object = None) -> None:
         self.s = settings
         self.names = services if services is not None else available_services()
-        if services is None and not any(p.engine == "triton" for p in settings.pools):
+        if not any(p.engine == "triton" for p in settings.pools):
             self.names = [n for n in self.names if n != "triton_worker"]  # no Triton pool configured
         self.kafka: EmbeddedKafka | None = None
         self.children: list[Child] = []
