@@ -303,6 +303,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "reward_stage_samples_per_s": scoring["stage_samples_per_s"],
         "reward_functions_samples_per_s": scoring["functions_only_samples_per_s"],
         "target_scoring_samples_per_s": 5000,
+        "switchyard_fetch_max_wait_ms": FETCH_WAIT_MS,
     }
     return {
         "scenario": "rollouts",
