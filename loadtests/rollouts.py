@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from loadtests.pipeline import start_pipeline
 from shared.models import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,41 +193,6 @@ def run_direct(model_dir: Path, k: int, n: int) -> dict[str, Any]:
     return json.loads(line[7:])
 
 
-def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from shared.embedded.procs import free_port
-
-    env = {key: v for key, v in os.environ.items() if not key.startswith("SY_")}
-    env.update(
-        SY_VAR_DIR=str(var_dir),
-        SY_MODELS_DIR=str(model_dir.parent),
-        SY_LOG_LEVEL="WARNING",
-        SY_KAFKA_PORT=str(free_port()),
-        SY_VLLM_ENABLE_LORA="false",
-        SY_CACHE_ENABLED="false",
-        # Throughput profile for rollout jobs: idle consumers polling every 5 ms (the latency default)
-        # burn about one of this machine's two cores (measured: broker 34 %, each service ~8 %),
-        # which the engine then lacks; 50 ms costs ~50 ms per hop on a job of seconds.
-        SY_KAFKA_FETCH_MAX_WAIT_MS=str(FETCH_WAIT_MS),
-        PYTHONUNBUFFERED="1",
-    )
-    log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "up"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    endpoints = var_dir / "run" / "endpoints.json"
-    deadline = time.monotonic() + 300
-    while not endpoints.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((var_dir / "pipeline.log").read_text()[-3000:])
-        time.sleep(0.5)
-    return proc, json.loads(endpoints.read_text())["services"]["gateway"]["url"] + "/v1"
-
-
 async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]:
     headers = {"Authorization": "Bearer sk-switchyard-local"}
     body = {
@@ -284,7 +250,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     scoring = await scoring_throughput(4000 if quick else 40000)
 
     direct = run_direct(model_dir, k, n)
-    proc, url = start_pipeline(model_dir, var_dir)
+    # Throughput profile for rollout jobs: idle consumers polling every 5 ms (the latency default)
+    # burn about one of this machine's two cores (measured: broker 34 %, each service ~8 %), which
+    # the engine then lacks; 50 ms costs ~50 ms per hop on a job of seconds.
+    proc, url = start_pipeline(model_dir, var_dir, SY_KAFKA_FETCH_MAX_WAIT_MS=str(FETCH_WAIT_MS))
     try:
         await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
         ours = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
