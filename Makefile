@@ -34,12 +34,15 @@ run: $(STAMP) triton-venv
 # The e2e tests serve the local model: build it first (cached; ~4 min the first time).
 test: $(STAMP) triton-venv
 	$(BIN)/switchyard models build
+	# batch tests run Celery on a real Redis too (the tests start it on a free port)
+	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(STAMP) triton-venv
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 bench: $(STAMP) triton-venv
+	$(BIN)/pip install -q torch==2.13.0 -e '.[bench]'
 	$(BIN)/python -m loadtests
 
 lint: $(STAMP)

@@ -154,7 +154,9 @@ def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_pipeline(
+    model_dir: Path, var_dir: Path, cache: bool = False, **extra_env: str
+) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
         SY_VAR_DIR=str(var_dir),
@@ -162,9 +164,13 @@ def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[byt
         SY_LOG_LEVEL="WARNING",
         SY_KAFKA_PORT=str(free_port()),
         SY_VLLM_ENABLE_LORA="false",
-        SY_CACHE_ENABLED="false",  # the workload repeats prompts: this scenario measures serving
+        # The serving workloads repeat temperature-0 prompts; the `cache` scenario turns it on.
+        SY_CACHE_ENABLED=str(cache).lower(),
+        # One vLLM pool, as the engine baselines have: the `pools` scenario measures Triton's.
+        SY_POOLS=json.dumps([{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]),
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env)
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "up"],

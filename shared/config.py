@@ -130,6 +130,11 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(
         default=20.0, ge=0, description="How long SIGTERM waits for in-flight records"
     )
+    ready_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long `switchyard up` waits for every service to be ready (engines load slowly on busy CPUs)",
+    )
     dlq_max_original_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=0,
@@ -152,6 +157,10 @@ class Settings(BaseSettings):
     )
     var_dir: Path = Field(default=Path("var"), description="Local state: models, embedded data, logs, traces")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level")
+    log_redact_prompts: bool = Field(
+        default=False,
+        description="Logs keep only the size of prompt/content fields (secrets are always masked)",
+    )
     log_format: Literal["json", "console"] = Field(default="json", description="Log format")
     trace_file: Path | None = Field(default=None, description="JSONL span sink (the launcher sets one)")
     trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of new traces sampled")
@@ -175,6 +184,30 @@ class Settings(BaseSettings):
     )
     gateway_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413"
+    )
+    gateway_rate_limits: dict[str, float] = Field(
+        default_factory=dict,
+        description='JSON map tenant -> requests/s per gateway replica ("*": every other tenant); unset = no limit',
+    )
+    gateway_rate_burst_s: float = Field(
+        default=2.0, gt=0, description="A tenant's bucket holds this many seconds of its rate (burst)"
+    )
+    gateway_max_streams_per_tenant: int = Field(
+        default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
+    )
+    gateway_max_in_flight: int = Field(
+        default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
+    )
+    gateway_resubmit_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="An async request with no answer this long after its send is sent again",
+    )
+    gateway_resubmit_max: int = Field(
+        default=3, ge=1, description="Sends of an async request before it is reported failed (reason: lost)"
+    )
+    gateway_resubmit_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the gateway looks for unanswered async requests"
     )
     gateway_timeout_s: float = Field(
         default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
@@ -267,7 +300,13 @@ class Settings(BaseSettings):
         default_factory=dict, description='JSON map tenant -> similarity floor, e.g. {"acme": 0.9}'
     )
     cache_novel_floor: float = Field(
-        default=0.90, ge=0, le=1, description="Verifier: similarity needed when content words differ"
+        default=0.85, ge=0, le=1, description="Verifier: similarity needed when content words differ"
+    )
+    cache_added_floor: float = Field(
+        default=0.95,
+        ge=0,
+        le=1,
+        description="Verifier: similarity needed when one side only adds content words (a constraint)",
     )
     cache_verify: bool = Field(
         default=True, description="Verify semantic candidates (numbers, negation, entities)"
@@ -283,9 +322,134 @@ class Settings(BaseSettings):
     cache_skip_length_tenants: list[str] = Field(
         default_factory=list, description="JSON list of tenants whose length-cut answers are not stored"
     )
+    cache_model_version_window_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A model version reported by a worker heartbeat within this window is live (cache)",
+    )
     cache_embed_max_batch: int = Field(default=32, ge=1, description="Prompts embedded in one batch")
     cache_embed_window_ms: float = Field(
         default=1.0, ge=0, description="How long a batch waits for more prompts to embed"
+    )
+
+    # --- Deployment (issue 12: compose and Kubernetes) -----------------------------------
+    topic_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Replicas of each topic `switchyard topics --create` makes (3 on a production cluster)",
+    )
+
+    # --- Multimodal preprocessing (issue 7: images and audio in content parts) -----------
+    media_max_images: int = Field(default=8, ge=0, le=256, description="Images accepted in one request")
+    media_max_audio: int = Field(default=2, ge=0, le=64, description="Audio clips accepted in one request")
+    media_image_max_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="Largest encoded image accepted (bytes)"
+    )
+    media_image_max_input_pixels: int = Field(
+        default=40_000_000,
+        ge=1,
+        description="Largest width*height an image header may declare; checked before decoding (bombs)",
+    )
+    media_image_max_pixels: int = Field(
+        default=1_003_520,
+        ge=784,
+        description="Images are shrunk (aspect kept) to at most this many pixels, or less if the model's family says so",
+    )
+    media_image_max_side: int = Field(
+        default=2048, ge=28, description="Images are shrunk (aspect kept) so no side exceeds this"
+    )
+    media_image_encoding: Literal["png", "jpeg", "webp"] = Field(
+        default="jpeg",
+        description="Format normalised images are stored in, metadata stripped (jpeg: quality 92; png/webp: lossless, slower)",
+    )
+    media_image_token_family: Literal["qwen2_vl", "llava"] = Field(
+        default="qwen2_vl",
+        description="Image token rule for models whose config names no vision family (README: Multimodal input)",
+    )
+    media_audio_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Largest encoded audio clip accepted (bytes)"
+    )
+    media_audio_max_seconds: float = Field(default=30.0, gt=0, description="Longest audio clip accepted")
+    media_audio_min_rate: int = Field(
+        default=8000, ge=1000, description="Lowest input sample rate accepted (Hz)"
+    )
+    media_audio_max_rate: int = Field(
+        default=96000, ge=8000, description="Highest input sample rate accepted (Hz)"
+    )
+    media_audio_tokens_per_s: float = Field(
+        default=25.0,
+        gt=0,
+        description="Audio tokens per second for models whose config names no audio family (Whisper-style encoders: 25)",
+    )
+    media_store_prefix: str = Field(
+        default="media/",
+        pattern=r"^[a-z0-9][a-z0-9_-]*/$",
+        description="Object-store prefix of normalised media (content-addressed by sha256)",
+    )
+    media_object_prefixes: list[str] = Field(
+        default_factory=lambda: ["media/", "uploads/{tenant}/"],
+        description="JSON list of object-store prefixes a request may reference as s3://<bucket>/<key> ({tenant} = the caller)",
+    )
+    media_decode_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Media parts decoded at once per preprocess process (bounds memory: each may hold a max-size image)",
+    )
+    media_remote_fetch: bool = Field(
+        default=False,
+        description="Allow http(s) image URLs (fetched with SY_MEDIA_IMAGE_MAX_BYTES and the time limit below)",
+    )
+    media_remote_timeout_s: float = Field(
+        default=5.0, gt=0, le=120, description="Whole-download time limit of one remote image"
+    )
+    media_remote_allow_private: bool = Field(
+        default=False, description="Allow remote URLs that resolve to loopback/private addresses (tests only)"
+    )
+    # --- RL rollouts and rewards (issue 8) ------------------------------------------------
+    reward_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port of reward models (the reward_model function); unset = SY_TRITON_URL",
+    )
+    reward_policy_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long the reward service caches where a policy alias points"
+    )
+    reward_dedupe_capacity: int = Field(
+        default=1_000_000, ge=1000, description="Published group ids the reward service remembers (dedupe)"
+    )
+    rollout_max_prompts: int = Field(default=1024, ge=1, description="Prompts in one rollout job")
+    # --- Batch jobs (issue 9: /v1/files, /v1/batches, services/batch on Celery) -----------
+    celery_broker: str | None = Field(
+        default=None,
+        description="Celery broker URL (redis://host:6379/0); unset = SQLite file under <var_dir>/celery",
+    )
+    batch_file_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest batch input file (uploads also obey SY_GATEWAY_MAX_BODY_BYTES)",
+    )
+    batch_file_max_lines: int = Field(default=50000, ge=1, description="Most lines in a batch input file")
+    batch_line_max_bytes: int = Field(
+        default=64 * 1024, ge=256, description="Longer input lines go to the error file"
+    )
+    batch_max_in_flight: int = Field(
+        default=64, ge=1, description="Lines of one job sent and not yet answered (backpressure window)"
+    )
+    batch_rate_per_s: float = Field(
+        default=0.0, ge=0, description="Most lines per second one job sends (0: only the window limits)"
+    )
+    batch_worker_concurrency: int = Field(
+        default=4, ge=1, le=64, description="Jobs one Celery worker runs at once"
+    )
+    batch_lease_s: float = Field(
+        default=15.0, gt=0, description="A job whose worker went silent this long is resumed by another"
+    )
+    batch_sweep_interval_s: float = Field(
+        default=2.0, gt=0, description="How often the batch service looks for jobs to (re)start"
+    )
+    batch_cancel_grace_s: float = Field(
+        default=10.0, ge=0, description="How long a cancelled job waits for lines already sent"
     )
 
     # --- Triton pool and router pools (issue 6: heterogeneous pools) -------------------
@@ -309,9 +473,9 @@ class Settings(BaseSettings):
         gt=0,
         description="Heartbeat age after which a worker (and a pool with no fresher one) is out (default: 3 heartbeats)",
     )
-    cache_embed_on_triton: bool = Field(
-        default=False,
-        description="Cache embeddings on the Triton pool's all-minilm-l6-v2 (SY_TRITON_URL) instead of in-process",
+    cache_embed_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port whose all-minilm-l6-v2 embeds cache prompts; unset = in-process",
     )
     router_pending_max: int = Field(
         default=100000, ge=100, description="Routed-but-unanswered requests the router tracks for fail-over"

@@ -63,6 +63,7 @@ class Child:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    exits: dict[str, int] = field(default_factory=dict)  # why it died: "SIGKILL" (OOM killer?), "code 1"
     started_at: float = 0.0
     pump: asyncio.Task[None] | None = None
     log_path: Path = field(default_factory=Path)
@@ -76,7 +77,7 @@ class Launcher:
     def __init__(self, settings: Settings, services: list[str] | None = None, out: object = None) -> None:
         self.s = settings
         self.names = services if services is not None else available_services()
-        if services is None and not any(p.engine == "triton" for p in settings.pools):
+        if not any(p.engine == "triton" for p in settings.pools):
             self.names = [n for n in self.names if n != "triton_worker"]  # no Triton pool configured
         self.kafka: EmbeddedKafka | None = None
         self.children: list[Child] = []
@@ -263,6 +264,7 @@ class Launcher:
         data: dict[str, object] = {
             "kafka": self.bootstrap,
             "embedded_kafka": self.kafka is not None,
+            "kafka_pid": self.kafka.proc.pid if self.kafka is not None and self.kafka.proc else None,
             "milvus": self.milvus_uri,
             "embedded_milvus": self.milvus is not None,
             "triton": self.triton_url,
@@ -272,6 +274,8 @@ class Launcher:
                 c.name: {
                     "url": f"http://{self.s.health_host}:{c.port}",
                     "pid": c.proc.pid if c.proc else None,
+                    # SIGKILL not sent by the launcher is most often the kernel's OOM killer.
+                    "exits": dict(c.exits),
                 }
                 for c in self.children
             },
@@ -293,6 +297,7 @@ class Launcher:
                 self.kafka.start()
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
+                self.write_endpoints()
             if self._milvus_died():
                 self.say("milvus: embedded server exited; restarting it on the same ports")
                 self._milvus_start = asyncio.get_running_loop().run_in_executor(None, self.milvus.start)  # type: ignore[union-attr]
@@ -302,6 +307,8 @@ class Launcher:
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode
+                    why = f"{signal.Signals(-code).name}" if code < 0 else f"code {code}"
+                    c.exits[why] = c.exits.get(why, 0) + 1
                     kill_group(c.proc.pid)  # what the dead service started (vLLM's EngineCore) goes too
                     delay = min(30.0, 0.5 * 2 ** min(c.restarts, 6))
                     if time.monotonic() - c.started_at > 60:
@@ -359,7 +366,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
         await launcher.start_milvus()
         await launcher.start_triton()
         await launcher.start_services()
-        ready = asyncio.create_task(launcher.wait_ready())
+        ready = asyncio.create_task(launcher.wait_ready(settings.ready_timeout_s))
         stopper = asyncio.create_task(stop_requested.wait())
         await asyncio.wait([ready, stopper], return_when=asyncio.FIRST_COMPLETED)
         if ready.done():

@@ -88,7 +88,10 @@ async def ensure_topics(admin: AIOKafkaAdminClient, settings: Settings) -> list[
     existing = set(await admin.list_topics())
     new = [
         NewTopic(
-            t.name, t.partitions, 1, topic_configs={"cleanup.policy": "compact"} if t.spec.compacted else {}
+            t.name,
+            t.partitions,
+            settings.topic_replication_factor,
+            topic_configs={"cleanup.policy": "compact"} if t.spec.compacted else {},
         )
         for t in all_topics(settings)
         if t.name not in existing

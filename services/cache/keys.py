@@ -87,7 +87,8 @@ class CacheKey:
 
 def cache_key(env: Envelope) -> CacheKey:
     msgs = list(env.request.messages)
-    media = sorted(m.sha256 for m in env.media)
+    # Where each picture/clip sits matters: the same two images swapped is another question.
+    media = sorted(f"{m.message_index}:{m.part_index}:{m.sha256}" for m in env.media)
     params = sampling_key(env)
     adapter = adapter_label(env)
     exact = _sha(

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from switchyard.v1.envelope_pb2 import Response
-from switchyard.v1.events_pb2 import AdapterEvent
+from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
 from shared.envelope import Envelope
 from shared.telemetry import add_timing
@@ -20,6 +21,7 @@ from .keys import cache_key, entry_id
 from .policy import CachePolicy
 from .store import CacheStore, Entry
 from .verify import Verifier
+from .versions import LiveVersions
 
 
 @dataclass(slots=True)
@@ -42,6 +44,24 @@ class Stats:
     stored: int = 0
     invalidated: int = 0
     swept: int = 0
+    lookup_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))  # recent lookups
+
+    def summary(self) -> dict[str, object]:
+        """Counters plus hit rate by tier and recent lookup latency (the cache API's stats)."""
+        lat = sorted(self.lookup_ms)
+
+        def pct(q: float) -> float | None:
+            return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
+
+        served = max(self.lookups - self.bypassed, 1)
+        out: dict[str, object] = {k: v for k, v in vars(self).items() if k != "lookup_ms"}
+        out["hit_rate"] = {
+            "exact": self.hits_exact / served,
+            "semantic": self.hits_semantic / served,
+            "all": (self.hits_exact + self.hits_semantic) / served,
+        }
+        out["lookup_ms"] = {"p50": pct(0.5), "p99": pct(0.99), "window": len(lat)}
+        return out
 
 
 class SemanticCache:
@@ -52,22 +72,32 @@ class SemanticCache:
         policy: CachePolicy,
         verifier: Verifier | None = None,
         top_k: int = 5,
+        versions: LiveVersions | None = None,
     ) -> None:
         self.store, self.embedder, self.policy = store, embedder, policy
         self.verifier = verifier or Verifier()
         self.top_k = top_k
+        self.versions = versions or LiveVersions()
         self.stats = Stats()
 
     async def lookup(self, env: Envelope, at_ms: int | None = None) -> Outcome:
+        t_start = time.perf_counter()
+        try:
+            return await self._lookup(env, at_ms)
+        finally:
+            self.stats.lookup_ms.append((time.perf_counter() - t_start) * 1000)
+
+    async def _lookup(self, env: Envelope, at_ms: int | None) -> Outcome:
         self.stats.lookups += 1
         why = self.policy.bypass(env)
         if why:
             self.stats.bypassed += 1
             return Outcome(False, reason=why)
         key = cache_key(env)
+        live = self.versions.live(env.model)
         out = Outcome(False)
         t0 = time.time_ns()
-        exact = await asyncio.to_thread(self.store.exact, key, at_ms)
+        exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
         out.timings.append(("cache_exact", t0, time.time_ns(), {}))
         if exact is not None:
             self.stats.hits_exact += 1
@@ -77,7 +107,7 @@ class SemanticCache:
         vec = await self.embedder.embed(key.text)
         t2 = time.time_ns()
         out.timings.append(("cache_embed", t1, t2, {"batch": self.embedder.last_batch_size}))
-        cands = await asyncio.to_thread(self.store.search, key, vec, self.top_k, at_ms)
+        cands = await asyncio.to_thread(self.store.search, key, vec, self.top_k, at_ms, live)
         t3 = time.time_ns()
         out.timings.append(("cache_search", t2, t3, {"candidates": len(cands)}))
         floor = self.policy.floor_for(env.tenant)
@@ -132,6 +162,7 @@ class SemanticCache:
             response=resp.SerializeToString(),
             ttl_s=self.policy.ttl_s,
             at_ms=at_ms,
+            model_version=env.response.model_version,
         )
         if not fresh:
             return "duplicate"
@@ -147,6 +178,18 @@ class SemanticCache:
             n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name)
         else:  # published / alias moved / resync: drop versions that are no longer live
             n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name, keep_adapters=live)
+        self.stats.invalidated += n
+        return n
+
+    async def on_heartbeat(self, hb: Heartbeat, now: float | None = None) -> int:
+        """A model's live weights versions changed: entries of the others go (model version change)."""
+        self.versions.observe(hb)
+        return await self.prune_versions(now)
+
+    async def prune_versions(self, now: float | None = None) -> int:
+        n = 0
+        for model, live in self.versions.changes(now).items():
+            n += await asyncio.to_thread(self.store.delete, model=model, keep_model_versions=sorted(live))
         self.stats.invalidated += n
         return n
 

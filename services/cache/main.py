@@ -9,14 +9,15 @@ outside the launcher) or with SY_CACHE_ENABLED=false the stage is a pass-through
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
+import json
 
+from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from switchyard.v1.events_pb2 import AdapterEvent
+from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
 from shared.bus import Producer, follow
 from shared.config import Settings
@@ -24,6 +25,7 @@ from shared.envelope import Envelope
 from shared.health import Health
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
+from shared.storage import ObjectNotFound, ObjectStore, open_store
 from shared.telemetry import get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_triton_minilm
@@ -31,8 +33,22 @@ from .lookup import SemanticCache
 from .policy import CachePolicy
 from .store import CacheStore
 from .verify import Verifier
+from .versions import LiveVersions
 
 log = get_logger(__name__)
+
+FLOORS_KEY = "cache/tenant-floors.json"  # per-tenant similarity floors set through the API
+
+
+class TenantFloor(BaseModel):
+    similarity_floor: float = Field(ge=0.0, le=1.0, description="Cosine floor before the verifier")
+
+
+async def load_floors(objects: ObjectStore) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(await objects.get(FLOORS_KEY)).items()}
+    except ObjectNotFound:
+        return {}
 
 
 def policy_from(settings: Settings) -> CachePolicy:
@@ -50,6 +66,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     miss, hit = settings.topic("routing"), settings.topic("responses")
     state: dict[str, SemanticCache] = {}
     ready = asyncio.Event()
+    objects = open_store(settings)
     active = settings.cache_enabled and bool(settings.milvus_uri)
     if not active:
         log.warning("cache is a pass-through", milvus_uri=settings.milvus_uri, enabled=settings.cache_enabled)
@@ -80,8 +97,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         return []
 
     async def connect(stop: asyncio.Event) -> None:
-        if settings.cache_embed_on_triton and settings.triton_url:
-            encode = await asyncio.to_thread(load_triton_minilm, settings.triton_url)
+        if settings.cache_embed_triton_url:
+            encode = await asyncio.to_thread(load_triton_minilm, settings.cache_embed_triton_url)
         else:
             encode = await asyncio.to_thread(load_minilm)
         embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
@@ -96,12 +113,19 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 await asyncio.sleep(1.0)
         else:
             return
+        policy = policy_from(settings)
+        policy.set_floors({**settings.cache_tenant_floors, **await load_floors(objects)})
         state["c"] = SemanticCache(
             store,
             embedder,
-            policy_from(settings),
-            Verifier(novel_floor=settings.cache_novel_floor, enabled=settings.cache_verify),
+            policy,
+            Verifier(
+                novel_floor=settings.cache_novel_floor,
+                added_floor=settings.cache_added_floor,
+                enabled=settings.cache_verify,
+            ),
             top_k=settings.cache_top_k,
+            versions=LiveVersions(settings.cache_model_version_window_s),
         )
         ready.set()
         log.info("cache ready", uri=settings.milvus_uri, collection=settings.milvus_collection)
@@ -111,8 +135,24 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             except TimeoutError:
                 try:
                     await state["c"].sweep()
+                    await state["c"].prune_versions()
                 except Exception as exc:  # noqa: BLE001
                     log.warning("cache sweep failed", error=repr(exc))
+
+    async def floors_sync(stop: asyncio.Event) -> None:
+        """Floors set through another replica's API reach this one (the object store is the truth)."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=5.0)
+            except TimeoutError:
+                cache = state.get("c")
+                if cache is not None:
+                    try:
+                        cache.policy.set_floors(
+                            {**settings.cache_tenant_floors, **await load_floors(objects)}
+                        )
+                    except Exception as exc:  # noqa: BLE001 - keep the floors we have
+                        log.warning("could not reload tenant floors", error=repr(exc))
 
     async def on_adapter(rec: object) -> None:
         cache = state.get("c")
@@ -121,13 +161,27 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             if n:
                 log.info("cache entries invalidated", adapter=rec.key, entries=n)  # type: ignore[attr-defined]
 
-    async def adapters(stop: asyncio.Event) -> None:
+    async def on_heartbeat(rec: object) -> None:
+        cache = state.get("c")
+        if cache is not None:
+            n = await cache.on_heartbeat(Heartbeat.FromString(rec.value))  # type: ignore[attr-defined]
+            if n:
+                log.info("cache entries of replaced model versions invalidated", entries=n)
+
+    async def when_ready(stop: asyncio.Event) -> bool:
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait([waiter, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
-        if stop.is_set():
-            return
-        await follow(settings, settings.topic("adapters"), on_adapter, stop, client_id="cache-adapters")
+        return not stop.is_set()
+
+    async def adapters(stop: asyncio.Event) -> None:
+        if await when_ready(stop):
+            await follow(settings, settings.topic("adapters"), on_adapter, stop, client_id="cache-adapters")
+
+    async def heartbeats(stop: asyncio.Event) -> None:
+        """Workers' model versions: entries of weights no longer served are neither served nor kept."""
+        if await when_ready(stop):
+            await follow(settings, settings.topic("heartbeats"), on_heartbeat, stop, client_id="cache-hb")
 
     consumers = [envelope_consumer("cache", "prepared", handle, producer, settings)]
     background = []
@@ -138,12 +192,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 "cache_writeback", "responses", write_back, producer, settings, validate_input=False
             )
         )
-        background = [connect, adapters]
-    return Service(consumers, background=background, app=api(settings, state))
+        background = [connect, adapters, heartbeats, floors_sync]
+    return Service(consumers, background=background, app=api(settings, state, objects))
 
 
-def api(settings: Settings, state: dict[str, SemanticCache]) -> Starlette:
-    """GET /v1/cache/stats; DELETE /v1/cache/entries?tenant=&model=&adapter=&entry_id= (internal token)."""
+def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStore) -> Starlette:
+    """GET /v1/cache/stats; DELETE /v1/cache/entries?tenant=&model=&adapter=&entry_id=;
+    GET/PUT/DELETE /v1/cache/tenants/{tenant} (similarity floor). Changes need the internal token."""
 
     def authorised(req: Request) -> bool:
         token = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
@@ -153,7 +208,7 @@ def api(settings: Settings, state: dict[str, SemanticCache]) -> Starlette:
         cache = state.get("c")
         if cache is None:
             return JSONResponse({"ready": False})
-        data = dataclasses.asdict(cache.stats)
+        data = cache.stats.summary()
         data["entries"] = await asyncio.to_thread(cache.store.count)
         data["ready"] = True
         return JSONResponse(data)
@@ -172,8 +227,35 @@ def api(settings: Settings, state: dict[str, SemanticCache]) -> Starlette:
         cache.stats.invalidated += n
         return JSONResponse({"deleted": n})
 
+    async def tenant(req: Request) -> Response:
+        name = req.path_params["tenant"]
+        cache = state.get("c")
+        if req.method != "GET" and not authorised(req):
+            return JSONResponse({"error": {"message": "invalid token", "type": "auth"}}, status_code=401)
+        if cache is None:
+            return JSONResponse({"error": {"message": "cache not ready", "type": "unavailable"}}, 503)
+        if req.method in ("PUT", "DELETE"):
+            floors = await load_floors(objects)
+            if req.method == "PUT":
+                try:
+                    floors[name] = TenantFloor.model_validate_json(await req.body()).similarity_floor
+                except ValidationError as exc:
+                    reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                    return JSONResponse({"error": {"message": reason, "type": "invalid_request_error"}}, 400)
+            else:
+                floors.pop(name, None)
+            await objects.put(FLOORS_KEY, json.dumps(floors).encode(), "application/json")
+            cache.policy.set_floors({**settings.cache_tenant_floors, **floors})
+        return JSONResponse(
+            {"tenant": name, "similarity_floor": cache.policy.floor_for(name), "default": cache.policy.floor}
+        )
+
     return Starlette(
-        routes=[Route("/v1/cache/stats", stats), Route("/v1/cache/entries", purge, methods=["DELETE"])]
+        routes=[
+            Route("/v1/cache/stats", stats),
+            Route("/v1/cache/entries", purge, methods=["DELETE"]),
+            Route("/v1/cache/tenants/{tenant}", tenant, methods=["GET", "PUT", "DELETE"]),
+        ]
     )
 
 

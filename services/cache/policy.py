@@ -21,6 +21,11 @@ class CachePolicy:
     def floor_for(self, tenant: str) -> float:
         return self.tenant_floors.get(tenant, self.floor)
 
+    def set_floors(self, floors: dict[str, float]) -> None:
+        """Replace the per-tenant floors (the cache API's settings, reloaded by every replica)."""
+        self.tenant_floors.clear()
+        self.tenant_floors.update(floors)
+
     def bypass(self, env: Envelope) -> str | None:
         """Why this request must not be answered from (or written to) the cache; None = cacheable."""
         if not self.enabled:

@@ -20,7 +20,7 @@ from .embed import DIM
 from .keys import CacheKey
 
 SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
-OUT_FIELDS = ["id", "prompt", "response", "request_id", "expires_ms", "adapter", "model"]
+OUT_FIELDS = ["id", "prompt", "response", "request_id", "expires_ms", "adapter", "model", "model_version"]
 CONSISTENCY = "Session"
 
 
@@ -53,14 +53,20 @@ class CacheStore:
     # ------------------------------------------------------------------ schema
     def ensure(self) -> None:
         if self.client.has_collection(self.collection):
-            self.client.load_collection(self.collection)  # after a server restart it is unloaded
-            return
+            fields = {f["name"] for f in self.client.describe_collection(self.collection)["fields"]}
+            if "model_version" in fields:
+                self.client.load_collection(self.collection)  # after a server restart it is unloaded
+                return
+            # A collection from before entries carried their model version: its answers cannot be
+            # tied to weights any more, so it is dropped (a cache, not a record).
+            self.client.drop_collection(self.collection)
         s = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
         s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
         s.add_field("tenant", DataType.VARCHAR, max_length=64, is_partition_key=self.partition_key)
         for f, n in (("model", 256), ("adapter", 256), ("context_hash", 32), ("media_hash", 32)):
             s.add_field(f, DataType.VARCHAR, max_length=n)
         s.add_field("params_hash", DataType.VARCHAR, max_length=32)
+        s.add_field("model_version", DataType.VARCHAR, max_length=64)
         s.add_field("exact_key", DataType.VARCHAR, max_length=64)
         s.add_field("request_id", DataType.VARCHAR, max_length=128)
         s.add_field("prompt", DataType.VARCHAR, max_length=8192)
@@ -86,28 +92,42 @@ class CacheStore:
 
     # ------------------------------------------------------------------ reads
     @staticmethod
-    def _scope_filter(key: CacheKey, at_ms: int) -> str:
-        sc = key.scope()
-        return " and ".join([f"{f} == {lit(sc[f])}" for f in SCOPE_FIELDS] + [f"expires_ms > {at_ms}"])
+    def _versions(versions: Sequence[str]) -> list[str]:
+        return [f"model_version in [{', '.join(lit(v) for v in sorted(versions))}]"] if versions else []
 
-    def exact(self, key: CacheKey, at_ms: int | None = None) -> Entry | None:
+    @classmethod
+    def _scope_filter(cls, key: CacheKey, at_ms: int, versions: Sequence[str] = ()) -> str:
+        sc = key.scope()
+        parts = [f"{f} == {lit(sc[f])}" for f in SCOPE_FIELDS] + [f"expires_ms > {at_ms}"]
+        return " and ".join(parts + cls._versions(versions))
+
+    def exact(self, key: CacheKey, at_ms: int | None = None, versions: Sequence[str] = ()) -> Entry | None:
+        """The entry of this exact request; `versions`: only entries of these model versions."""
         at = now_ms() if at_ms is None else at_ms
+        expr = [f"tenant == {lit(key.tenant)}", f"exact_key == {lit(key.exact)}", f"expires_ms > {at}"]
         rows = self.client.query(
             self.collection,
-            filter=f"tenant == {lit(key.tenant)} and exact_key == {lit(key.exact)} and expires_ms > {at}",
+            filter=" and ".join(expr + self._versions(versions)),
             output_fields=OUT_FIELDS,
             limit=1,
             consistency_level=CONSISTENCY,
         )
         return _entry(rows[0], 1.0) if rows else None
 
-    def search(self, key: CacheKey, vector: np.ndarray, k: int, at_ms: int | None = None) -> list[Entry]:
+    def search(
+        self,
+        key: CacheKey,
+        vector: np.ndarray,
+        k: int,
+        at_ms: int | None = None,
+        versions: Sequence[str] = (),
+    ) -> list[Entry]:
         at = now_ms() if at_ms is None else at_ms
         res = self.client.search(
             self.collection,
             data=[vector.tolist()],
             anns_field="vector",
-            filter=self._scope_filter(key, at),
+            filter=self._scope_filter(key, at, versions),
             limit=k,
             output_fields=OUT_FIELDS,
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
@@ -127,6 +147,7 @@ class CacheStore:
         response: bytes,
         ttl_s: float,
         at_ms: int | None = None,
+        model_version: str = "",
     ) -> bool:
         """Insert one entry; False when the request id already has one (a redelivered response)."""
         at = now_ms() if at_ms is None else at_ms
@@ -140,6 +161,7 @@ class CacheStore:
             created_ms=at,
             expires_ms=at + int(ttl_s * 1000),
             vector=vector.tolist(),
+            model_version=model_version[:64],
         )
         # Insert, not upsert: Milvus 2.3.5's upsert puts rows of a partition-key collection where a
         # filter on the key does not find them. Dedupe by id instead (one entry per request id).
@@ -162,6 +184,7 @@ class CacheStore:
         adapter: str | None = None,
         adapter_name: str | None = None,
         keep_adapters: Sequence[str] = (),
+        keep_model_versions: Sequence[str] = (),
         entry_id: str | None = None,
     ) -> int:
         """Delete the entries matching every given field; returns how many were deleted."""
@@ -176,6 +199,8 @@ class CacheStore:
             parts.append(f"adapter like {lit(adapter_name.replace('%', '') + '@%')}")
             if keep_adapters:
                 parts.append(f"adapter not in [{', '.join(lit(a) for a in keep_adapters)}]")
+        if keep_model_versions:
+            parts.append(f"model_version not in [{', '.join(lit(v) for v in keep_model_versions)}]")
         if entry_id is not None:
             parts.append(f"id == {lit(entry_id)}")
         if not parts:

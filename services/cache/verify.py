@@ -2,20 +2,29 @@
 
 Cosine on MiniLM puts "Is X included?" and "Is X excluded?" side by side, so a candidate above
 the similarity floor still has to agree with the new prompt on:
-- numbers (digits and number words, as a multiset: 1066 vs 1666, "two-year" vs "2-year" agree);
-- negation (not/no/never/n't/without/... counts) and antonym pairs (included/excluded, ...);
-- named entities (capitalised or mixed-case words, acronyms) as a set, and their order;
+- numbers (digits and number words, as a multiset: 1066 vs 1666, "two-year" vs "2-year" agree;
+  a time keeps its am/pm: 7am vs 7pm differ);
+- polarity: negation words (not/no/never/n't/without/...) and negative-polarity verbs
+  (avoid/ban/stop/exclude/...) counted together, parity must agree;
+- antonymy: a lexicon of opposite pairs compared on stems (open/closed, weekdays/weekends,
+  adults/children), and morphological opposites (suitable/unsuitable, successful/unsuccessful:
+  one side has a word the other has with a negative prefix);
+- roles: "from X to Y" against "from Y to X" (transfers, directions), and named entities
+  (capitalised or mixed-case words, acronyms) as a set and in order;
 - novel content words: when either side has content words the other lacks, the candidate needs
-  the stricter `novel_floor` similarity (scope changes: "students" vs "nonprofits").
+  the stricter `novel_floor` similarity (scope changes: "students" vs "nonprofits"); a pure
+  addition (one side's content words all in the other, plus more: "gift" vs "gift card") is an
+  added constraint and needs `added_floor`.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*")
+_WORD = re.compile(r"\d+(?:[.,:]\d+)*\s?(?:am|pm)\b|[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*", re.IGNORECASE)
 _NUMBER_WORDS = {
     w: str(i)
     for i, w in enumerate(
@@ -39,6 +48,26 @@ _NUMBER_WORDS = {
     "dozen": "12",
 }
 _NEGATIONS = {"not", "no", "never", "without", "none", "nobody", "nothing", "neither", "nor", "cannot", "non"}
+# Verbs that negate what follows ("avoid X" ~ "not X"): they flip polarity like a negation word.
+_NEGATIVE_VERBS = {
+    "avoid",
+    "ban",
+    "forbid",
+    "prohibit",
+    "exclude",
+    "stop",
+    "cease",
+    "prevent",
+    "refuse",
+    "skip",
+    "lack",
+    "omit",
+    "quit",
+    "deny",
+    "fail",
+}
+_NEG_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-")
+_IRREGULAR = {"children": "child", "men": "man", "women": "woman", "people": "person", "kids": "kid"}
 _ANTONYMS = [
     ("include", "exclude"),
     ("included", "excluded"),
@@ -57,6 +86,24 @@ _ANTONYMS = [
     ("accept", "reject"),
     ("maximum", "minimum"),
     ("max", "min"),
+    ("best", "worst"),
+    ("better", "worse"),
+    ("over", "under"),
+    ("within", "after"),
+    ("higher", "lower"),
+    ("high", "low"),
+    ("pass", "fail"),
+    ("win", "lose"),
+    ("won", "lost"),
+    ("success", "failure"),
+    ("full", "part"),
+    ("busy", "quiet"),
+    ("compulsory", "optional"),
+    ("mandatory", "optional"),
+    ("approve", "reject"),
+    ("early", "late"),
+    ("first", "last"),
+    ("old", "new"),
     ("cheapest", "dearest"),
     ("cheapest", "expensive"),
     ("earliest", "latest"),
@@ -79,8 +126,10 @@ _ANTONYMS = [
     ("join", "leave"),
     ("hot", "cold"),
     ("male", "female"),
-    ("men", "women"),
+    ("man", "woman"),
     ("adult", "child"),
+    ("adult", "kid"),
+    ("am", "pm"),
     ("domestic", "international"),
     ("weekday", "weekend"),
     ("morning", "evening"),
@@ -107,17 +156,23 @@ def _words(text: str) -> list[str]:
 
 
 def _stem(w: str) -> str:
-    w = w.lower().strip("'")
+    w = w.lower().strip("'").removesuffix("'s")
+    w = _IRREGULAR.get(w, w)
     for suf in ("ing", "ies", "ied", "es", "ed", "s"):
         if len(w) > len(suf) + 2 and w.endswith(suf):
-            return w[: -len(suf)]
-    return w
+            w = w[: -len(suf)]
+            break
+    return w.rstrip("e") if len(w) > 3 else w  # close/closed/closing -> clos
+
+
+_ANTONYM_STEMS = [(_stem(x), _stem(y)) for x, y in _ANTONYMS]
+_NEGATIVE_STEMS = {_stem(w) for w in _NEGATIVE_VERBS}
 
 
 def numbers(text: str) -> Counter[str]:
     out: Counter[str] = Counter()
     for w in _words(text):
-        lw = w.lower()
+        lw = w.lower().replace(" ", "")
         if lw[0].isdigit():
             out[lw.replace(",", "")] += 1
         elif lw in _NUMBER_WORDS:
@@ -126,7 +181,66 @@ def numbers(text: str) -> Counter[str]:
 
 
 def negations(text: str) -> int:
-    return sum(1 for w in _words(text) if w.lower() in _NEGATIONS or w.lower().startswith("un-"))
+    """Negation words and negative-polarity verbs (avoid, ban, stop, ...): only the parity matters."""
+    return sum(
+        1
+        for w in _words(text)
+        if w.lower() in _NEGATIONS or w.lower().startswith("un-") or _stem(w) in _NEGATIVE_STEMS
+    )
+
+
+def opposite(new: str, old: str) -> str:
+    """An antonym pair across the two texts (lexicon on stems, or a negative prefix); "" = none."""
+    sn = {_stem(w) for w in _words(new)}
+    so = {_stem(w) for w in _words(old)}
+    for x, y in _ANTONYM_STEMS:
+        if (x in sn and y in so and y not in sn) or (y in sn and x in so and x not in sn):
+            return f"{x}/{y}"
+    wn = {w.lower() for w in _words(new)}
+    wo = {w.lower() for w in _words(old)}
+    for a, b in ((wn - wo, wo - wn), (wo - wn, wn - wo)):
+        for w in a:
+            for pre in _NEG_PREFIXES:
+                if w.startswith(pre) and len(w) - len(pre) >= 4 and w[len(pre) :] in b:
+                    return f"{w[len(pre) :]}/{w}"
+    return ""
+
+
+_FROM_TO = re.compile(
+    r"\bfrom\s+(?:my\s+|the\s+|a\s+|an\s+)?([\w' -]+?)\s+(?:to|into)\s+(?:my\s+|the\s+|a\s+|an\s+)?([\w' -]+?)(?:[?.!,]|$)",
+    re.IGNORECASE,
+)
+
+
+def slot_changed(new: str, old: str) -> str:
+    """The same sentence frame with one slot filled differently ("for a puppy" / "for a kitten",
+    "home insurance" / "car insurance"): a different question, whatever the cosine says. Returns
+    the changed slot ("puppy/kitten"), or "" when the texts differ in more than one place, or only
+    by a typo or an inflection of the same word."""
+    # Number words as digits: numbers() has compared those already.
+    a = [_NUMBER_WORDS.get(w.lower(), w.lower()) for w in _words(old)]
+    b = [_NUMBER_WORDS.get(w.lower(), w.lower()) for w in _words(new)]
+    ops = [o for o in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if o[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace":
+        return ""
+    _, i1, i2, j1, j2 = ops[0]
+    x = " ".join(w for w in a[i1:i2] if w not in _STOP)
+    y = " ".join(w for w in b[j1:j2] if w not in _STOP)
+    if i2 - i1 > 2 or j2 - j1 > 2 or not x or not y:
+        return ""
+    if _stem(x) == _stem(y) or difflib.SequenceMatcher(None, x, y).ratio() >= 0.8:
+        return ""  # a typo or an inflection
+    return f"{x}/{y}"
+
+
+def roles_swapped(new: str, old: str) -> bool:
+    """ "from A to B" in one text, "from B to A" in the other."""
+    mn, mo = _FROM_TO.search(new), _FROM_TO.search(old)
+    if not (mn and mo):
+        return False
+    a1, b1 = content(mn.group(1)), content(mn.group(2))
+    a2, b2 = content(mo.group(1)), content(mo.group(2))
+    return bool(a1 & b2) and bool(b1 & a2) and not (a1 & a2)
 
 
 def entities(text: str) -> list[str]:
@@ -149,7 +263,11 @@ def content(text: str) -> set[str]:
     return {
         _stem(w)
         for w in _words(text)
-        if w.lower() not in _STOP and w.lower() not in _NEGATIONS and not w[0].isdigit() and len(w) > 1
+        if w.lower() not in _STOP
+        and w.lower() not in _NEGATIONS
+        and w.lower() not in _NUMBER_WORDS  # numbers() compares those
+        and not w[0].isdigit()
+        and len(w) > 1
     }
 
 
@@ -161,7 +279,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Verifier:
-    novel_floor: float = 0.90  # similarity needed when content words differ
+    novel_floor: float = 0.85  # similarity needed when content words differ
+    added_floor: float = 0.95  # ... when one side only adds content words (an added constraint)
     enabled: bool = True
 
     def check(self, new: str, old: str, similarity: float) -> Verdict:
@@ -171,17 +290,23 @@ class Verifier:
             return Verdict(False, "numbers")
         if negations(new) % 2 != negations(old) % 2:
             return Verdict(False, "negation")
-        wn, wo = {w.lower() for w in _words(new)}, {w.lower() for w in _words(old)}
-        for x, y in _ANTONYMS:
-            if (x in wn and y in wo and y not in wn) or (y in wn and x in wo and x not in wn):
-                return Verdict(False, f"antonym:{x}/{y}")
+        opp = opposite(new, old)
+        if opp:
+            return Verdict(False, f"antonym:{opp}")
         en, eo = entities(new), entities(old)
         if set(en) != set(eo):
             return Verdict(False, "entities")
-        if _dedupe(en) != _dedupe(eo):
+        if _dedupe(en) != _dedupe(eo) or roles_swapped(new, old):
             return Verdict(False, "order")
-        if content(new) != content(old) and similarity < self.novel_floor:
-            return Verdict(False, "novel_words")
+        slot = slot_changed(new, old)
+        if slot:
+            return Verdict(False, f"slot:{slot}")
+        cn, co = content(new), content(old)
+        if cn != co:
+            if similarity < self.novel_floor:
+                return Verdict(False, "novel_words")
+            if (cn < co or co < cn) and similarity < self.added_floor:
+                return Verdict(False, "added_words")
         return Verdict(True)
 
 

@@ -4,28 +4,51 @@ from __future__ import annotations
 
 from shared.bus import Producer
 from shared.config import Settings
-from shared.envelope import Envelope, Rejected, set_error
+from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
+from shared.rewards import default_functions, triton_url_of
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
+from shared.storage import open_store
 
 from .adapters import AdapterPinner
+from .media_stage import MediaStage
 from .prepare import Preprocessor, TokenCounter
+from .rollouts import fan_out
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     pre = Preprocessor(TokenCounter(settings.model_dir))
     registry = RegistryClient(settings)
     pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
+    media = MediaStage(settings, open_store(settings))
     out, responses = settings.topic("prepared"), settings.topic("responses")
+    reward_functions = default_functions(triton_url_of(settings))  # to check rollout reward specs
+
+    def refused(env: Envelope, exc: Rejected, drop_input: bool = False) -> list[Emit]:
+        if drop_input:  # the reply needs the reason, not the (possibly large) media input
+            env.ClearField("request")
+        return [Emit(responses, set_error(env, exc.code, exc.reason, "preprocess", exc.http_status))]
 
     async def handle(env: Envelope) -> list[Emit]:
         try:
             await pinner.pin(env)
         except Rejected as exc:  # an unknown adapter is an answer, not a poison record
-            return [Emit(responses, set_error(env, exc.code, exc.reason, "preprocess", exc.http_status))]
-        return [Emit(out, pre.prepare(env))]
+            return refused(env, exc)
+        if env.kind == Kind.KIND_ROLLOUT:  # text prompts fanned out into samples (no media)
+            return [
+                Emit(out, pre.prepare(g))
+                for g in fan_out(env, settings.rollout_max_prompts, reward_functions)
+            ]
+        try:
+            found = await media.analyse(env)  # checks and normalises; writes nothing yet
+            pre.prepare(env, media_checked=True)
+            media.check_context(env, found, env.tokens.prompt_text if env.tokens.tokenizer else None)
+        except Rejected as exc:  # bad media or an oversized prompt: answered, nothing stored
+            return refused(env, exc, drop_input=True)
+        await media.commit(env, found)  # stores blobs only for a request that passed every check
+        return [Emit(out, env)]
 
     return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])
 

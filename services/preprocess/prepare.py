@@ -1,7 +1,7 @@
 """Text preprocessing: normalise the envelope and count prompt tokens with the model's tokenizer.
 
-Media parts are refused with a clear reason until the multimodal preprocessing lands, so a
-request never fails late inside a worker that cannot read it.
+Media parts are handled by `media_stage.MediaStage` first; `prepare` refuses any it is not told
+were checked, so a request never fails late inside a worker that cannot read it.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ class Preprocessor:
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
 
-    def prepare(self, env: Envelope) -> Envelope:
+    def prepare(self, env: Envelope, media_checked: bool = False) -> Envelope:
         """Fill defaults and token counts in place; raise Rejected for what cannot be served."""
         for i, m in enumerate(env.request.messages):
             for j, p in enumerate(m.parts):
-                if p.type != "text":
+                if p.type != "text" and not media_checked:
                     raise Rejected(
                         "unsupported_media",
                         f"request.messages[{i}].parts[{j}] is {p.type}; media input is not enabled on this deployment",

@@ -21,6 +21,7 @@ from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Rejected, set_error
 from shared.generation import Accumulator, deadline_error, deadline_passed, prompt_token_ids, sampling_kwargs
 from shared.health import Health
+from shared.model_version import fingerprint
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
@@ -65,6 +66,12 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         except Rejected as exc:
             log.warning("model not servable", model=name, reason=exc.reason)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one metrics scrape per heartbeat
+    memo = settings.var_dir / "run" / "model-fingerprints.json"
+    versions = {  # weights fingerprints (cache invalidation), for models built under SY_MODELS_DIR
+        m: await asyncio.to_thread(fingerprint, settings.model_dir / m, memo)
+        for m in sorted(pool_models)
+        if (settings.model_dir / m).is_dir()
+    }
     scraped = ScrapedMetrics()
     REGISTRY.register(scraped)
     state = {"live": True}
@@ -115,6 +122,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             in_flight -= 1
         await stream.close()  # deltas are acknowledged before the final response goes out
         env.response.CopyFrom(acc.response(pool))
+        env.response.model_version = versions.get(env.model, "")
         acc.add_timings(env, time.time_ns())
         return [Emit(responses, env)]
 
@@ -132,6 +140,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             worker_id=worker,
             engine="triton",
             models=models,
+            model_versions={m: versions[m] for m in models if m in versions},
             in_flight=in_flight,
             max_in_flight=settings.triton_max_in_flight,
             queue_depth=scraped.pending(),

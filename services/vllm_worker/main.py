@@ -21,6 +21,7 @@ from shared.generation import (
     sampling_kwargs,
 )
 from shared.health import Health
+from shared.model_version import fingerprint
 from shared.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
@@ -39,6 +40,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     engine = Engine(settings)
     await engine.start()
+    model_version = await asyncio.to_thread(
+        fingerprint, settings.model_path(), settings.var_dir / "run" / "model-fingerprints.json"
+    )
     health.add_check("engine", lambda: engine.ready)
     loras: LoraManager | None = None
     if lora_rank(settings):
@@ -101,6 +105,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         await stream.close()  # deltas are acknowledged before the final response goes out
         finished = time.time_ns()
         env.response.CopyFrom(acc.response(pool))
+        env.response.model_version = model_version
         acc.add_timings(env, finished)
         return [Emit(responses, env)]
 
@@ -119,6 +124,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             worker_id=worker,
             engine="vllm",
             models=[settings.vllm_model],
+            model_versions={settings.vllm_model: model_version},
             in_flight=in_flight,
             max_in_flight=settings.vllm_max_num_seqs,
             queue_depth=engine.state.waiting,

@@ -126,13 +126,15 @@ class ServiceProc:
 
 
 @contextmanager
-def services(names: list[str], env: dict[str, str], log_dir: Path) -> Iterator[dict[str, ServiceProc]]:
+def services(
+    names: list[str], env: dict[str, str], log_dir: Path, ready_timeout_s: float = 30.0
+) -> Iterator[dict[str, ServiceProc]]:
     procs = {
         n: ServiceProc([sys.executable, "-m", f"services.{n}.main"], env, log_dir / f"{n}.log") for n in names
     }
     try:
         for p in procs.values():
-            p.wait_ready()
+            p.wait_ready(ready_timeout_s)
         yield procs
     finally:
         for p in procs.values():

@@ -186,3 +186,55 @@ async def test_batched_embedding_of_concurrent_lookups(cache: SemanticCache) -> 
     outs = await asyncio.gather(*(cache.lookup(req(f"question number {i} about billing")) for i in range(8)))
     assert all(not o.hit for o in outs)
     assert cache.embedder.batches < 8 and cache.embedder.last_batch_size >= 1
+
+
+async def test_model_version_change_invalidates_and_filters(cache: SemanticCache) -> None:
+    from switchyard.v1.events_pb2 import Heartbeat
+
+    old = answered(req("What is the return window?"), "30 days")
+    old.response.model_version = "v1"
+    assert await cache.write_back(old) is None
+    other = answered(req("What is the return window?", model="sy-big"), "14 days")
+    other.response.model_version = "b1"
+    assert await cache.write_back(other) is None
+    assert (await cache.lookup(req("What is the return window?"))).hit  # no heartbeat yet: unknown
+    # The model is retrained under the same name: its workers now report v2.
+    n = await cache.on_heartbeat(Heartbeat(model_versions={"sy-tiny": "v2"}))
+    assert n == 1
+    assert not (await cache.lookup(req("What is the return window?"))).hit
+    assert (await cache.lookup(req("What is the return window?", model="sy-big"))).hit  # other model kept
+    new = answered(req("What is the return window?", rid="after-v2"), "60 days")
+    new.response.model_version = "v2"
+    assert await cache.write_back(new) is None
+    hit = await cache.lookup(req("What's the return window?"))
+    assert hit.hit and Response.FromString(hit.entry.response).choices[0].text == "60 days"  # type: ignore[union-attr]
+
+
+async def test_per_tenant_floor(cache: SemanticCache) -> None:
+    await stored(cache, req("How do I reset my password?", tenant="strict"))
+    await stored(cache, req("How do I reset my password?", tenant="loose"))
+    cache.policy.set_floors({"strict": 0.999})
+    assert not (await cache.lookup(req("How can I reset my password?", tenant="strict"))).hit
+    assert (await cache.lookup(req("How can I reset my password?", tenant="loose"))).hit
+    cache.policy.set_floors({})
+    assert (await cache.lookup(req("How can I reset my password?", tenant="strict"))).hit
+
+
+def test_collection_without_model_versions_is_replaced(milvus: EmbeddedMilvus) -> None:
+    from pymilvus import DataType, MilvusClient
+
+    name = f"t_old_{int(time.time())}"
+    client = MilvusClient(uri=milvus.uri)
+    s = client.create_schema(auto_id=False)
+    s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    s.add_field("vector", DataType.FLOAT_VECTOR, dim=384)
+    idx = client.prepare_index_params()
+    idx.add_index("vector", index_type="FLAT", metric_type="COSINE")
+    client.create_collection(name, schema=s, index_params=idx)
+    store = CacheStore(milvus.uri, collection=name)
+    store.ensure()
+    fields = {f["name"] for f in client.describe_collection(name)["fields"]}
+    assert "model_version" in fields and "exact_key" in fields
+    store.drop()
+    store.close()
+    client.close()

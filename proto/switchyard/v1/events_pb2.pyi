@@ -52,7 +52,14 @@ class DeadLetter(_message.Message):
     def __init__(self, original_value: _Optional[bytes] = ..., original_key: _Optional[bytes] = ..., original_headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., stage: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ..., attempts: _Optional[int] = ..., failed_unix_ns: _Optional[int] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., original_size: _Optional[int] = ..., truncated: bool = ..., original_sha256: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("pool", "worker_id", "engine", "models", "adapters", "in_flight", "max_in_flight", "queue_depth", "kv_usage", "sent_unix_ns", "modalities", "max_lora_rank", "partitions")
+    __slots__ = ("pool", "worker_id", "engine", "models", "adapters", "in_flight", "max_in_flight", "queue_depth", "kv_usage", "sent_unix_ns", "modalities", "max_lora_rank", "partitions", "model_versions")
+    class ModelVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     POOL_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +73,7 @@ class Heartbeat(_message.Message):
     MODALITIES_FIELD_NUMBER: _ClassVar[int]
     MAX_LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     pool: str
     worker_id: str
     engine: str
@@ -79,7 +87,8 @@ class Heartbeat(_message.Message):
     modalities: _containers.RepeatedScalarFieldContainer[str]
     max_lora_rank: int
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    model_versions: _containers.ScalarMap[str, str]
+    def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ..., model_versions: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ChoiceDelta(_message.Message):
     __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason", "text_offset")

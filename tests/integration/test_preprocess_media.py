@@ -1,0 +1,72 @@
+"""The preprocess service process with media parts, against the real embedded broker: accepted
+requests reach sy.prepared carrying MediaRefs (blobs in the object store), refused ones are
+answered on sy.responses with the reason, and leave no blob behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request
+
+from shared.envelope import Envelope, Kind, decode, encode
+from shared.storage import LocalStore
+from tests.helpers import media_files as mf
+from tests.helpers.kafka import collect, produce, service_env, services
+
+POOLS = [
+    {"name": "vllm", "engine": "vllm", "models": ["sy-tiny", "vl-test"]},
+    {"name": "mm", "engine": "vllm", "models": ["vl-test"], "modalities": ["text", "image", "audio"]},
+]
+
+
+def chat(rid: str, model: str, *parts: ContentPart) -> Envelope:
+    msg = ChatMessage(role="user", parts=[ContentPart(type="text", text="What is this?"), *parts])
+    return Envelope(
+        request_id=rid, tenant="acme", kind=Kind.KIND_CHAT, model=model, request=Request(messages=[msg])
+    )
+
+
+def png_part(data: bytes, mime: str = "image/png") -> ContentPart:
+    return ContentPart(type="image_url", image_url=ImageUrl(url=mf.data_url(data, mime)))
+
+
+async def test_media_requests_through_the_preprocess_service(broker, topics, var_dir: Path) -> None:
+    model = var_dir / "models" / "vl-test"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(
+        json.dumps({"model_type": "qwen2_vl", "text_config": {"max_position_embeddings": 4096}})
+    )
+    env = service_env(broker.bootstrap, topics, var_dir, SY_POOLS=json.dumps(POOLS))
+    good = chat(
+        "r-ok",
+        "vl-test",
+        png_part(mf.encode(mf.picture(640, 480), "PNG")),
+        ContentPart(
+            type="input_audio", input_audio=InputAudio(data=mf.b64(mf.audio("flac", 1.0)), format="flac")
+        ),
+    )
+    bomb = chat("r-bomb", "vl-test", png_part(mf.png_bomb()))
+    no_pool = chat("r-nopool", "sy-tiny", png_part(mf.encode(mf.picture(32, 32), "PNG")))
+    with services(["preprocess"], env, var_dir):
+        await produce(broker.bootstrap, f"{topics}requests", [encode(e) for e in (good, bomb, no_pool)])
+        prepared, answered = await asyncio.gather(
+            collect(broker.bootstrap, f"{topics}prepared", 1),
+            collect(broker.bootstrap, f"{topics}responses", 2),
+        )
+    assert [decode(r.value).request_id for r in prepared] == ["r-ok"]
+    out = decode(prepared[0].value)
+    assert [m.modality for m in out.media] == ["image", "audio"]
+    assert (out.media[0].width, out.media[0].height) == (640, 480) and out.media[0].mime == "image/jpeg"
+    assert out.tokens.image == 17 * 23 + 2  # smart_resize: 480x640 -> 476x644, 28-pixel cells
+    assert out.tokens.audio == 25
+    media_timing = next(t for t in out.timings if t.stage == "media")
+    assert media_timing.attrs["image_tokens"] == str(out.tokens.image)
+    assert len(prepared[0].value) < 4096  # references travel, not the pixels
+    errors = {decode(r.value).request_id: decode(r.value).error for r in answered}
+    assert errors["r-bomb"].code == "media_too_large" and errors["r-bomb"].http_status == 413
+    assert "50000x50000" in errors["r-bomb"].message and errors["r-bomb"].stage == "preprocess"
+    assert errors["r-nopool"].code == "no_pool" and errors["r-nopool"].http_status == 404
+    keys = sorted(i.key for i in await LocalStore(var_dir / "objects").list(""))
+    assert keys == sorted(m.uri.removeprefix("s3://switchyard/") for m in out.media)
