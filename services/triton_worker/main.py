@@ -9,6 +9,7 @@ so the router takes the pool out and fails its pending requests over.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import httpx
@@ -57,6 +58,14 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         await asyncio.sleep(0.5)
     await engine.refresh()
     catalog = ModelCatalog(engine.client, settings.model_dir)
+    # Tokenizers load before the first heartbeat: importing transformers on the first request
+    # stalled the event loop for seconds, long enough for the router to take the pool out.
+    for name in sorted(engine.ready_models & pool_models):
+        try:
+            await catalog.get(name)
+        except Rejected as exc:
+            log.warning("model not servable", model=name, reason=exc.reason)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one metrics scrape per heartbeat
     memo = settings.var_dir / "run" / "model-fingerprints.json"
     versions = {  # weights fingerprints (cache invalidation), for models built under SY_MODELS_DIR
         m: await asyncio.to_thread(fingerprint, settings.model_dir / m, memo)

@@ -47,7 +47,11 @@ class ModelCatalog:
                         f"no tokenizer for Triton model {name!r} at {path} (SY_MODELS_DIR)",
                         http_status=503,
                     )
-                self._models[name] = await asyncio.to_thread(self._load, name, path)
+                same = next((m for m in self._models.values() if m.weights == path), None)
+                if same is not None:  # e.g. sy-tiny-bf16 shares sy-tiny's tokenizer
+                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len)
+                else:
+                    self._models[name] = await asyncio.to_thread(self._load, name, path)
         return self._models[name]
 
     @staticmethod

@@ -72,7 +72,7 @@ def pools(broker, triton: EmbeddedTriton, model_dir: Path, tmp_path_factory: pyt
         SY_TRITON_URL=triton.grpc_url,
         SY_TRITON_METRICS_URL=triton.metrics_url,
         SY_HEARTBEAT_INTERVAL_S="0.5",
-        SY_ROUTER_STALE_AFTER_S="2",
+        SY_ROUTER_STALE_AFTER_S="3",
         SY_VLLM_ENABLE_LORA="false",
         SY_VLLM_KV_CACHE_GIB="1",
     )
@@ -198,7 +198,7 @@ async def test_sigkilled_pool_fails_over_pending_and_new_requests(broker, pools)
     procs["vllm_worker"].kill()  # SIGKILL the worker's process group (with its EngineCore)
     pending = [chat(f"fo-p{i}", max_tokens=8) for i in range(4)]
     await produce(broker.bootstrap, f"{prefix}routing", [encode(e) for e in pending])
-    await asyncio.sleep(3)  # past the staleness bound: the vllm pool is down now
+    await asyncio.sleep(4.5)  # past the staleness bound: the vllm pool is down now
     fresh = [chat(f"fo-n{i}", max_tokens=8) for i in range(2)]
     await produce(broker.bootstrap, f"{prefix}routing", [encode(e) for e in fresh])
     got = await answers(broker.bootstrap, prefix, {e.request_id for e in pending + fresh}, timeout_s=90)
