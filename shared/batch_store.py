@@ -132,7 +132,11 @@ class BatchStore:
         return sorted(out, key=lambda f: (f.created_at, f.id), reverse=True)
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
-        return await self.store.delete_prefix(f"files/{tenant}/{file_id}/") > 0
+        """False when there is no such file (an id that cannot be a key is no file either)."""
+        try:
+            return await self.store.delete_prefix(f"files/{tenant}/{file_id}/") > 0
+        except ValueError:
+            return False
 
     # ---------------------------------------------------------------- batches
     async def put_batch(self, tenant: str, batch: BatchObject) -> None:
