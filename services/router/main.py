@@ -86,7 +86,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         await follow(settings, responses, on_response, stop, from_beginning=False, client_id="router-resp")
 
     async def failover(stop: asyncio.Event) -> None:
-        """Route again what waits on a pool that went down; error replies where nothing can serve."""
+        """Route again what waits on a pool that went down, where another pool can serve it."""
         period = max(0.2, min(1.0, settings.router_stale_s / 3))
         while not stop.is_set():
             pending.expire()
@@ -100,15 +100,17 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                     emit = route(
                         env, exclude=frozenset({p.name}), why=f"failover from {p.name} (silent {age:.1f}s)"
                     )
+                    if emit.envelope.HasField("error"):
+                        # Nowhere else to go: the record stays on the pool's topic, where a restarted
+                        # worker answers it (redelivery), or the requester's deadline does. Failing it
+                        # here would answer before the pool is back.
+                        continue
                     try:
                         await producer.send(out_record(emit))
                     except Exception as exc:  # noqa: BLE001 - retried on the next pass
                         log.warning("failover send failed", request_id=rid, error=str(exc))
                         continue
-                    if emit.envelope.HasField("error"):
-                        pending.done(rid)
-                    else:
-                        pending.add(rid, env.pool, encode(env), failovers=item.failovers + 1)
+                    pending.add(rid, env.pool, encode(env), failovers=item.failovers + 1)
                     log.info("failed over", request_id=rid, from_pool=p.name, to=env.pool or None)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=period)

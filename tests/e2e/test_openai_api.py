@@ -268,9 +268,29 @@ def test_worker_sigkill_mid_generation_redelivers_and_client_sees_one_answer(pip
         os.killpg(pid, 0)
 
 
+def serving_again(pipeline, timeout_s: float = 240) -> None:  # type: ignore[no-untyped-def]
+    """After the SIGKILL test the worker restarts: wait until a request is answered again."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(
+                pipeline.base_url + "/chat/completions",
+                headers={"Authorization": "Bearer sk-a"},
+                json={"model": "sy-tiny", "messages": MSG, "max_tokens": 2},
+                timeout=60,
+            )
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError("the pipeline did not serve again")
+
+
 def test_metrics_of_every_service_parse_and_name_the_series(pipeline) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    serving_again(pipeline)
     common = {"process_cpu_seconds", "process_resident_memory_bytes", "sy_stage_seconds"}
     wanted = {
         "preprocess": {"sy_queue_wait_seconds", "sy_consumer_lag", "sy_in_flight", "sy_records"},
@@ -293,6 +313,7 @@ def test_metrics_of_every_service_parse_and_name_the_series(pipeline) -> None:
 
 
 def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
+    serving_again(pipeline)
     env = dict(pipeline.env, SY_API_KEYS=json.dumps({"sk-a": "tenant-a"}))
     out = tmp_path / "profile"
     proc = subprocess.run(
