@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench lint proto install clean
+.PHONY: run test test-fast bench lint proto install clean triton-venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,20 +21,28 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# The Triton server's own venv (var/triton-venv: numpy<2, torch CPU; deploy/triton/requirements.txt),
+# re-installed when that file changes. `switchyard up` would create it too; here it is done up front.
+triton-venv: $(STAMP)
+	$(BIN)/python -m shared.embedded.triton var
+
 # Builds the local model once (cached under var/models), then starts everything.
-run: $(STAMP)
+run: $(STAMP) triton-venv
 	$(BIN)/switchyard models build
 	$(BIN)/switchyard up
 
 # The e2e tests serve the local model: build it first (cached; ~4 min the first time).
-test: $(STAMP)
+test: $(STAMP) triton-venv
 	$(BIN)/switchyard models build
+	# batch tests run Celery on a real Redis too (the tests start it on a free port)
+	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) triton-venv
 	$(BIN)/python -m pytest -q -ra -m "not slow"
 
-bench: $(STAMP)
+bench: $(STAMP) triton-venv
+	$(BIN)/pip install -q torch==2.13.0 -e '.[bench]'
 	$(BIN)/python -m loadtests
 
 lint: $(STAMP)

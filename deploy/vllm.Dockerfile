@@ -24,6 +24,7 @@ RUN pip install --no-deps . && pip install \
     "opentelemetry-sdk>=1.30,<2" \
     "opentelemetry-exporter-otlp-proto-http>=1.30,<2" \
     "prometheus-client>=0.21,<1" \
+    "nvidia-ml-py>=12,<14" \
     && mkdir -p /var/lib/switchyard /models
 ENTRYPOINT []
 CMD ["python3", "-m", "services.vllm_worker.main"]

@@ -7,7 +7,18 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadtests import bus, cache, cache_eval, lora, multimodal, pipeline
+from loadtests import (
+    batch,
+    bus,
+    cache,
+    cache_eval,
+    lora,
+    multimodal,
+    pipeline,
+    pools,
+    profile_overhead,
+    rollouts,
+)
 
 SCENARIOS = {
     "bus": bus.run,
@@ -15,7 +26,11 @@ SCENARIOS = {
     "lora-scaling": lora.run,
     "cache-eval": cache_eval.run,
     "cache": cache.run,
+    "profile-overhead": profile_overhead.run,
     "multimodal": multimodal.run,
+    "rollouts": rollouts.run,
+    "batch": batch.run,
+    "pools": pools.run,
 }
 
 
@@ -24,13 +39,15 @@ def main() -> None:
     ap.add_argument("scenarios", nargs="*", help=f"any of {sorted(SCENARIOS)} (default: all)")
     ap.add_argument("--out", type=Path, default=Path("var/bench"))
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke run)")
+    ap.add_argument("--batch-lines", type=int, default=None, help="lines of the batch scenario's job (2000)")
     args = ap.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         ap.error(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.scenarios or list(SCENARIOS):
-        result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick))
+        extra = {"lines": args.batch_lines} if name == "batch" else {}
+        result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick, **extra))
         path = args.out / f"{name}.json"
         path.write_text(json.dumps(result, indent=2))
         print(f"{name}: wrote {path}")

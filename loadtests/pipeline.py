@@ -155,7 +155,7 @@ def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[
 
 
 def start_pipeline(
-    model_dir: Path, var_dir: Path, cache: bool = False
+    model_dir: Path, var_dir: Path, cache: bool = False, **extra_env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
@@ -166,8 +166,11 @@ def start_pipeline(
         SY_VLLM_ENABLE_LORA="false",
         # The serving workloads repeat temperature-0 prompts; the `cache` scenario turns it on.
         SY_CACHE_ENABLED=str(cache).lower(),
+        # One vLLM pool, as the engine baselines have: the `pools` scenario measures Triton's.
+        SY_POOLS=json.dumps([{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]),
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env)
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "up"],

@@ -50,6 +50,11 @@ class PoolConfig(BaseModel):
     modalities: list[Literal["text", "image", "audio"]] = ["text"]
     max_lora_rank: int = Field(default=0, ge=0)
     cost: float = Field(default=1.0, ge=0)
+    # Engine knobs of this pool (issue 6), passed through where the engine supports them on that
+    # device: vLLM dtype, quantization and cpu_offload_gb. Triton's precision is per model (sy-tiny-bf16).
+    precision: str | None = None
+    quantization: str | None = None
+    cpu_offload_gb: float = Field(default=0.0, ge=0)
 
     @property
     def topic_suffix(self) -> str:
@@ -59,6 +64,11 @@ class PoolConfig(BaseModel):
 def _default_pools() -> list[PoolConfig]:
     return [
         PoolConfig(name="vllm", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8),
+        # The CPU/edge pool on Triton: the same model (and a bf16 variant only it serves), cheaper,
+        # so batch traffic fills it while interactive traffic prefers the faster pool.
+        PoolConfig(
+            name="triton", engine="triton", device="edge", models=["sy-tiny", "sy-tiny-bf16"], cost=0.5
+        ),
     ]
 
 
@@ -147,6 +157,10 @@ class Settings(BaseSettings):
     )
     var_dir: Path = Field(default=Path("var"), description="Local state: models, embedded data, logs, traces")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Log level")
+    log_redact_prompts: bool = Field(
+        default=False,
+        description="Logs keep only the size of prompt/content fields (secrets are always masked)",
+    )
     log_format: Literal["json", "console"] = Field(default="json", description="Log format")
     trace_file: Path | None = Field(default=None, description="JSONL span sink (the launcher sets one)")
     trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of new traces sampled")
@@ -155,7 +169,7 @@ class Settings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="Default: <var_dir>/models")
     pools: list[PoolConfig] = Field(
         default_factory=_default_pools,
-        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost",
+        description="JSON list of pools: name, engine, device, models, modalities, max_lora_rank, cost, precision, quantization, cpu_offload_gb",
     )
 
     router_adapter_affinity: bool = Field(
@@ -170,6 +184,30 @@ class Settings(BaseSettings):
     )
     gateway_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413"
+    )
+    gateway_rate_limits: dict[str, float] = Field(
+        default_factory=dict,
+        description='JSON map tenant -> requests/s per gateway replica ("*": every other tenant); unset = no limit',
+    )
+    gateway_rate_burst_s: float = Field(
+        default=2.0, gt=0, description="A tenant's bucket holds this many seconds of its rate (burst)"
+    )
+    gateway_max_streams_per_tenant: int = Field(
+        default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
+    )
+    gateway_max_in_flight: int = Field(
+        default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
+    )
+    gateway_resubmit_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="An async request with no answer this long after its send is sent again",
+    )
+    gateway_resubmit_max: int = Field(
+        default=3, ge=1, description="Sends of an async request before it is reported failed (reason: lost)"
+    )
+    gateway_resubmit_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the gateway looks for unanswered async requests"
     )
     gateway_timeout_s: float = Field(
         default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
@@ -369,6 +407,79 @@ class Settings(BaseSettings):
     media_remote_allow_private: bool = Field(
         default=False, description="Allow remote URLs that resolve to loopback/private addresses (tests only)"
     )
+    # --- RL rollouts and rewards (issue 8) ------------------------------------------------
+    reward_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port of reward models (the reward_model function); unset = SY_TRITON_URL",
+    )
+    reward_policy_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long the reward service caches where a policy alias points"
+    )
+    reward_dedupe_capacity: int = Field(
+        default=1_000_000, ge=1000, description="Published group ids the reward service remembers (dedupe)"
+    )
+    rollout_max_prompts: int = Field(default=1024, ge=1, description="Prompts in one rollout job")
+    # --- Batch jobs (issue 9: /v1/files, /v1/batches, services/batch on Celery) -----------
+    celery_broker: str | None = Field(
+        default=None,
+        description="Celery broker URL (redis://host:6379/0); unset = SQLite file under <var_dir>/celery",
+    )
+    batch_file_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest batch input file (uploads also obey SY_GATEWAY_MAX_BODY_BYTES)",
+    )
+    batch_file_max_lines: int = Field(default=50000, ge=1, description="Most lines in a batch input file")
+    batch_line_max_bytes: int = Field(
+        default=64 * 1024, ge=256, description="Longer input lines go to the error file"
+    )
+    batch_max_in_flight: int = Field(
+        default=64, ge=1, description="Lines of one job sent and not yet answered (backpressure window)"
+    )
+    batch_rate_per_s: float = Field(
+        default=0.0, ge=0, description="Most lines per second one job sends (0: only the window limits)"
+    )
+    batch_worker_concurrency: int = Field(
+        default=4, ge=1, le=64, description="Jobs one Celery worker runs at once"
+    )
+    batch_lease_s: float = Field(
+        default=15.0, gt=0, description="A job whose worker went silent this long is resumed by another"
+    )
+    batch_sweep_interval_s: float = Field(
+        default=2.0, gt=0, description="How often the batch service looks for jobs to (re)start"
+    )
+    batch_cancel_grace_s: float = Field(
+        default=10.0, ge=0, description="How long a cancelled job waits for lines already sent"
+    )
+
+    # --- Triton pool and router pools (issue 6: heterogeneous pools) -------------------
+    triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC address host:port; unset = the launcher starts the embedded tritonserver",
+    )
+    triton_metrics_url: str | None = Field(
+        default=None,
+        description="Triton Prometheus URL the worker scrapes (default: http://<triton host>:8002/metrics)",
+    )
+    triton_pool: str = Field(
+        default="triton", description="Pool this Triton worker serves (topic infer.<pool>)"
+    )
+    triton_max_in_flight: int = Field(
+        default=32, ge=1, description="Requests one Triton worker has in flight at once"
+    )
+    triton_timeout_s: float = Field(default=300.0, gt=0, description="Bound on one Triton generation")
+    router_stale_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Heartbeat age after which a worker (and a pool with no fresher one) is out (default: 3 heartbeats)",
+    )
+    cache_embed_triton_url: str | None = Field(
+        default=None,
+        description="Triton gRPC host:port whose all-minilm-l6-v2 embeds cache prompts; unset = in-process",
+    )
+    router_pending_max: int = Field(
+        default=100000, ge=100, description="Routed-but-unanswered requests the router tracks for fail-over"
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -421,6 +532,10 @@ class Settings(BaseSettings):
 
     def model_path(self) -> str:
         return self.vllm_model_path or str(self.model_dir / self.vllm_model)
+
+    @property
+    def router_stale_s(self) -> float:
+        return self.router_stale_after_s or 3 * self.heartbeat_interval_s
 
     def pool(self, name: str) -> PoolConfig:
         for p in self.pools:
@@ -475,7 +590,11 @@ def markdown_table() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, f in Settings.model_fields.items():
         if f.default_factory is not None:
-            default = "(computed)" if name != "pools" else "one `vllm` pool serving `sy-tiny`"
+            default = (
+                "(computed)"
+                if name != "pools"
+                else "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16, cost 0.5)"
+            )
         else:
             default = "unset" if f.default is None else f"`{f.default}`"
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {default} | {f.description or ''} |")

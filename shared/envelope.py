@@ -145,10 +145,17 @@ def validate(env: Envelope) -> None:
         raise _invalid(f"tenant must match {TENANT_RE.pattern}, got {env.tenant[:80]!r}")
     if env.kind == Kind.KIND_UNSPECIFIED:
         raise _invalid("kind is required (chat, completion, embedding or rollout)")
+    # proto3 enums are open: an unknown number decodes fine (JSON too) and must be refused here.
+    if env.kind not in Kind.values():
+        raise _invalid(f"kind {int(env.kind)} is not one of {sorted(Kind.keys())}")
+    if env.priority not in Priority.values():
+        raise _invalid(f"priority {int(env.priority)} is not one of {sorted(Priority.keys())}")
     if not env.model:
         raise _invalid("model is required")
     req = env.request
-    if env.kind in (Kind.KIND_CHAT, Kind.KIND_ROLLOUT) and req.prompt == "" and not req.messages:
+    if env.kind == Kind.KIND_ROLLOUT and env.rollout.prompts:
+        _validate_rollout_job(env)  # a job: its prompts are the requests
+    elif env.kind in (Kind.KIND_CHAT, Kind.KIND_ROLLOUT) and req.prompt == "" and not req.messages:
         raise _invalid("request.messages must not be empty")
     if env.kind == Kind.KIND_COMPLETION and not req.prompt:
         raise _invalid("request.prompt is required for a completion")
@@ -171,6 +178,23 @@ def validate(env: Envelope) -> None:
         raise _invalid(f"sampling.max_tokens must be at least 1, got {s.max_tokens}")
     if env.deadline_unix_ms < 0:
         raise _invalid("deadline_unix_ms must not be negative")
+
+
+MAX_ROLLOUT_PROMPTS = 4096
+
+
+def _validate_rollout_job(env: Envelope) -> None:
+    """A rollout job record (RL serving, issue 8): every prompt must be a servable request."""
+    if len(env.rollout.prompts) > MAX_ROLLOUT_PROMPTS:
+        raise _invalid(f"rollout.prompts holds at most {MAX_ROLLOUT_PROMPTS} prompts")
+    for i, p in enumerate(env.rollout.prompts):
+        if not p.prompt and not p.messages:
+            raise _invalid(f"rollout.prompts[{i}] needs messages or a prompt")
+        for j, m in enumerate(p.messages):
+            if m.role not in ROLES:
+                raise _invalid(f"rollout.prompts[{i}].messages[{j}].role must be one of {sorted(ROLES)}")
+    if not env.rollout.reward_spec.functions:
+        raise _invalid("rollout.reward_spec.functions must name at least one reward function")
 
 
 def set_error(env: Envelope, code: str, message: str, stage: str, http_status: int = 500) -> Envelope:

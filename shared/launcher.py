@@ -29,6 +29,7 @@ from shared.config import DEFAULT_PORTS, Settings
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
+from shared.embedded.triton import EmbeddedTriton
 from shared.topics import ensure_topics
 
 # Every service of the design, in start order; those whose module does not exist yet are skipped.
@@ -62,6 +63,7 @@ class Child:
     env: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    exits: dict[str, int] = field(default_factory=dict)  # why it died: "SIGKILL" (OOM killer?), "code 1"
     started_at: float = 0.0
     pump: asyncio.Task[None] | None = None
     log_path: Path = field(default_factory=Path)
@@ -75,12 +77,18 @@ class Launcher:
     def __init__(self, settings: Settings, services: list[str] | None = None, out: object = None) -> None:
         self.s = settings
         self.names = services if services is not None else available_services()
+        if not any(p.engine == "triton" for p in settings.pools):
+            self.names = [n for n in self.names if n != "triton_worker"]  # no Triton pool configured
         self.kafka: EmbeddedKafka | None = None
         self.children: list[Child] = []
         self.bootstrap = settings.kafka_bootstrap or ""
         self.milvus: EmbeddedMilvus | None = None
         self.milvus_uri = settings.milvus_uri or ""
         self._milvus_start: asyncio.Future[None] | None = None
+        self.triton: EmbeddedTriton | None = None  # issue 6: the Triton pool's server
+        self.triton_url = settings.triton_url or ""
+        self.triton_metrics_url = settings.triton_metrics_url or ""
+        self._triton_start: asyncio.Future[None] | None = None
         self._stopping = asyncio.Event()
         # Own threads for the blocking pipe reads (one per child, for its lifetime) and the stops:
         # on the loop's default pool (cpu+4 threads) seven pumps left no thread to stop anything.
@@ -146,6 +154,30 @@ class Launcher:
             and not self.milvus.alive()
         )
 
+    # ---------------------------------------------------------------- Triton (issue 6)
+    async def start_triton(self) -> None:
+        """Embedded tritonserver unless SY_TRITON_URL is set or no pool runs on Triton; it starts in
+        the background (its models load in 5-20 s): the Triton worker waits for it."""
+        if self.s.triton_url:
+            self.say(f"triton: using {self.s.triton_url} (SY_TRITON_URL)")
+            return
+        if "triton_worker" not in self.names or not any(p.engine == "triton" for p in self.s.pools):
+            return
+        self.triton = EmbeddedTriton(self.s.var_dir, models_dir=self.s.model_dir)
+        loop = asyncio.get_running_loop()
+        self.triton_url = await loop.run_in_executor(None, self.triton.prepare)  # the venv, on first run
+        self.triton_metrics_url = self.triton.metrics_url
+        self._triton_start = loop.run_in_executor(None, self.triton.start)
+        self.say(f"triton: embedded tritonserver starting on {self.triton_url} (log {self.triton.log_path})")
+
+    def _triton_died(self) -> bool:
+        return (
+            self.triton is not None
+            and self._triton_start is not None
+            and self._triton_start.done()
+            and not self.triton.alive()
+        )
+
     # ---------------------------------------------------------------- services
     def _env_for(self, name: str, port: int) -> dict[str, str]:
         env = dict(os.environ)
@@ -157,6 +189,10 @@ class Launcher:
         env.setdefault("SY_TRACE_FILE", str(self.s.var_dir / "run" / "spans.jsonl"))
         if self.milvus_uri:
             env["SY_MILVUS_URI"] = self.milvus_uri
+        if self.triton_url:
+            env["SY_TRITON_URL"] = self.triton_url
+            if self.triton_metrics_url:
+                env["SY_TRITON_METRICS_URL"] = self.triton_metrics_url
         # The registry starts first; its port may not be 8001 when that was busy.
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
@@ -228,13 +264,18 @@ class Launcher:
         data: dict[str, object] = {
             "kafka": self.bootstrap,
             "embedded_kafka": self.kafka is not None,
+            "kafka_pid": self.kafka.proc.pid if self.kafka is not None and self.kafka.proc else None,
             "milvus": self.milvus_uri,
             "embedded_milvus": self.milvus is not None,
+            "triton": self.triton_url,
+            "embedded_triton": self.triton is not None,
             "launcher_pid": os.getpid(),
             "services": {
                 c.name: {
                     "url": f"http://{self.s.health_host}:{c.port}",
                     "pid": c.proc.pid if c.proc else None,
+                    # SIGKILL not sent by the launcher is most often the kernel's OOM killer.
+                    "exits": dict(c.exits),
                 }
                 for c in self.children
             },
@@ -256,12 +297,18 @@ class Launcher:
                 self.kafka.start()
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
+                self.write_endpoints()
             if self._milvus_died():
                 self.say("milvus: embedded server exited; restarting it on the same ports")
                 self._milvus_start = asyncio.get_running_loop().run_in_executor(None, self.milvus.start)  # type: ignore[union-attr]
+            if self._triton_died():
+                self.say("triton: embedded server exited; restarting it on the same ports")
+                self._triton_start = asyncio.get_running_loop().run_in_executor(None, self.triton.start)  # type: ignore[union-attr]
             for c in self.children:
                 if c.proc is not None and c.proc.poll() is not None and not self._stopping.is_set():
                     code = c.proc.returncode
+                    why = f"{signal.Signals(-code).name}" if code < 0 else f"code {code}"
+                    c.exits[why] = c.exits.get(why, 0) + 1
                     kill_group(c.proc.pid)  # what the dead service started (vLLM's EngineCore) goes too
                     delay = min(30.0, 0.5 * 2 ** min(c.restarts, 6))
                     if time.monotonic() - c.started_at > 60:
@@ -294,6 +341,11 @@ class Launcher:
                 await asyncio.gather(c.pump, return_exceptions=True)
         if self.kafka is not None:
             self.kafka.stop()
+        if self.triton is not None:
+            await loop.run_in_executor(None, self.triton.stop)
+            if self._triton_start is not None:
+                await asyncio.wait({self._triton_start}, timeout=30)
+            await loop.run_in_executor(None, self.triton.stop)
         if self.milvus is not None:  # bounded: SIGTERM, then SIGKILL (it ignores SIGTERM for long)
             await loop.run_in_executor(None, self.milvus.stop)
             if self._milvus_start is not None:  # a start still unpacking or waiting gives up once killed
@@ -312,6 +364,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
     try:
         await launcher.start_broker()
         await launcher.start_milvus()
+        await launcher.start_triton()
         await launcher.start_services()
         ready = asyncio.create_task(launcher.wait_ready(settings.ready_timeout_s))
         stopper = asyncio.create_task(stop_requested.wait())

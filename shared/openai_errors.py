@@ -18,6 +18,7 @@ ERROR_TYPES: dict[int, str] = {
     415: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
+    503: "overloaded_error",
     504: "timeout_error",
 }
 
@@ -33,8 +34,13 @@ def error_body(
 
 
 def error_response(
-    service: str, status: int, message: str, code: str, param: str | None = None
+    service: str,
+    status: int,
+    message: str,
+    code: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """The error as OpenAI's clients expect it, counted in sy_errors_total."""
     ERRORS.labels(service, code).inc()
-    return JSONResponse(error_body(message, error_type(status), code, param), status)
+    return JSONResponse(error_body(message, error_type(status), code, param), status, headers=headers)

@@ -18,7 +18,13 @@ from starlette.types import ASGIApp
 from shared.bus import Producer, StageConsumer
 from shared.config import ConfigError, Settings, load_settings
 from shared.health import Health, HttpServer, health_app
-from shared.telemetry import configure_logging, configure_tracing, get_logger, shutdown_tracing
+from shared.telemetry import (
+    configure_logging,
+    configure_tracing,
+    get_logger,
+    register_gpu_metrics,
+    shutdown_tracing,
+)
 
 log = get_logger(__name__)
 
@@ -91,6 +97,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 def run_service(name: str, build: Builder) -> None:
     """Entry point of a stage service process."""
     settings = settings_or_exit()
-    configure_logging(name, settings.log_level, settings.log_format)
+    configure_logging(name, settings.log_level, settings.log_format, settings.log_redact_prompts)
     configure_tracing(name, settings.trace_file, settings.trace_sample_ratio)
+    register_gpu_metrics()
     asyncio.run(serve(name, settings, build))

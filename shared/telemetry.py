@@ -34,10 +34,34 @@ from switchyard.v1.envelope_pb2 import Envelope, Timing
 # --------------------------------------------------------------------------- logging
 
 
-def configure_logging(service: str, level: str = "INFO", fmt: str = "json") -> None:
+# Log fields that may carry what users wrote; with redaction on they keep only their size.
+PROMPT_FIELDS = frozenset({"prompt", "prompts", "content", "messages", "text", "completion", "body", "input"})
+# Log fields that must never carry a credential, whatever the setting.
+SECRET_FIELDS = frozenset({"authorization", "api_key", "key", "token", "password", "secret"})
+
+
+def redact(redact_prompts: bool) -> Any:
+    """A structlog processor: secrets always masked, prompt-like fields replaced by their size."""
+
+    def processor(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        for k in list(event):
+            lk = k.lower()
+            if lk in SECRET_FIELDS:
+                event[k] = "[secret]"
+            elif redact_prompts and lk in PROMPT_FIELDS:
+                event[k] = f"[redacted {len(str(event[k]))} chars]"
+        return event
+
+    return processor
+
+
+def configure_logging(
+    service: str, level: str = "INFO", fmt: str = "json", redact_prompts: bool = False
+) -> None:
     """JSON for structlog and stdlib records alike (aiokafka, uvicorn), one line each."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        redact(redact_prompts),
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -254,3 +278,57 @@ CONSUMER_LAG = Gauge(
     ["stage", "topic", "partition"],
 )
 PRODUCED = Counter("sy_produced_total", "Records produced, by topic", ["topic"])
+
+
+class GpuCollector:
+    """GPU utilisation, memory and power per device through NVML, where a GPU and driver exist.
+
+    Registered by every service process (shared/service.py); on a machine without NVML it reports
+    nothing (and says so once in the log), so the same /metrics code runs on CPU pools.
+    """
+
+    def __init__(self) -> None:
+        self.handles: list[tuple[str, object]] = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [
+                (str(i), pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())
+            ]
+        except Exception as exc:  # noqa: BLE001 - no driver, no GPU, no package: no GPU series
+            get_logger(__name__).info("no GPU metrics", reason=type(exc).__name__)
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import GaugeMetricFamily
+
+        if not self.handles:
+            return
+        util = GaugeMetricFamily("sy_gpu_utilization_ratio", "GPU busy share (NVML)", labels=["gpu"])
+        used = GaugeMetricFamily("sy_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=["gpu"])
+        total = GaugeMetricFamily("sy_gpu_memory_total_bytes", "GPU memory (NVML)", labels=["gpu"])
+        power = GaugeMetricFamily("sy_gpu_power_watts", "GPU power draw (NVML)", labels=["gpu"])
+        n = self.nvml
+        for idx, h in self.handles:
+            try:
+                util.add_metric([idx], n.nvmlDeviceGetUtilizationRates(h).gpu / 100.0)
+                mem = n.nvmlDeviceGetMemoryInfo(h)
+                used.add_metric([idx], float(mem.used))
+                total.add_metric([idx], float(mem.total))
+                power.add_metric([idx], n.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            except Exception:  # noqa: BLE001, S112 - a device that stops answering is skipped
+                continue
+        yield from (util, used, total, power)
+
+
+_gpu_registered = False
+
+
+def register_gpu_metrics() -> None:
+    global _gpu_registered
+    if not _gpu_registered:
+        from prometheus_client import REGISTRY
+
+        REGISTRY.register(GpuCollector())
+        _gpu_registered = True

@@ -37,6 +37,33 @@ def load_minilm(device: str = "cpu") -> EncodeFn:
     return encode
 
 
+def load_triton_minilm(url: str, model: str = "all-minilm-l6-v2", timeout_s: float = 120.0) -> EncodeFn:
+    """The same model on the Triton pool (deploy/triton/models/all-minilm-l6-v2): same vectors,
+    computed on the CPU pool instead of in this process. Waits for the model to be ready."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if client.is_model_ready(model):
+                break
+        except Exception:  # noqa: BLE001 - the server may still be starting
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Triton at {url} has no ready model {model!r}")
+        time.sleep(0.5)
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        arr = np.asarray([[t.encode()] for t in texts], dtype=np.object_)
+        inp = grpcclient.InferInput("TEXT", list(arr.shape), "BYTES")
+        inp.set_data_from_numpy(arr)
+        res = client.infer(model, [inp], outputs=[grpcclient.InferRequestedOutput("EMBEDDING")])
+        return np.asarray(res.as_numpy("EMBEDDING"), dtype=np.float32)
+
+    return encode
+
+
 class BatchingEmbedder:
     def __init__(self, encode: EncodeFn, max_batch: int = 32, window_ms: float = 1.0) -> None:
         self._encode = encode

@@ -28,7 +28,7 @@ from shared.stage import Emit, envelope_consumer
 from shared.storage import ObjectNotFound, ObjectStore, open_store
 from shared.telemetry import get_logger
 
-from .embed import BatchingEmbedder, load_minilm
+from .embed import BatchingEmbedder, load_minilm, load_triton_minilm
 from .lookup import SemanticCache
 from .policy import CachePolicy
 from .store import CacheStore
@@ -97,7 +97,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         return []
 
     async def connect(stop: asyncio.Event) -> None:
-        encode = await asyncio.to_thread(load_minilm)
+        if settings.cache_embed_triton_url:
+            encode = await asyncio.to_thread(load_triton_minilm, settings.cache_embed_triton_url)
+        else:
+            encode = await asyncio.to_thread(load_minilm)
         embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
         await asyncio.to_thread(encode, ["warm-up"])
         while not stop.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,25 +20,38 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Kind, new_request_id
+from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
+from .batches import batch_router
+from .limits import Slots, TenantLimiter
 from .openai_format import StreamDeduper, chunk, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
+from .rollouts import rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
 
 log = get_logger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers
 
 
-def _error(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    return error_response("gateway", status, message, code, param)
+def _error(
+    status: int, message: str, code: str, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return error_response("gateway", status, message, code, param, headers)
 
 
 @dataclass
@@ -99,7 +113,11 @@ def create_app(backend: Backend) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status, exc.message, exc.code, exc.param)
+        return _error(exc.status, exc.message, exc.code, exc.param, exc.headers)
+
+    @app.exception_handler(Rejected)
+    async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
+        return _error(exc.http_status, exc.reason, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -115,6 +133,10 @@ def create_app(backend: Backend) -> FastAPI:
             exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error"
         )
 
+    limiter = TenantLimiter(dict(s.gateway_rate_limits), s.gateway_rate_burst_s)
+    streams = Slots(s.gateway_max_streams_per_tenant)
+    in_flight = Slots(s.gateway_max_in_flight)
+
     def tenant_of(authorization: str | None = Header(default=None)) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
@@ -123,6 +145,27 @@ def create_app(backend: Backend) -> FastAPI:
             if hmac.compare_digest(known.encode(), key.encode()):
                 return tenant
         raise ApiError(401, "invalid API key", "invalid_api_key")
+
+    def admit(tenant: str) -> None:
+        """Per-tenant rate (429 + Retry-After), then this replica's bound on waiting requests (503)."""
+        rate_check(tenant)
+        if not in_flight.take(""):
+            raise ApiError(
+                503,
+                f"gateway overloaded: {s.gateway_max_in_flight} requests already waiting for replies",
+                "overloaded",
+                headers={"Retry-After": "1"},
+            )
+
+    def rate_check(tenant: str) -> None:
+        wait = limiter.acquire(tenant)
+        if wait is not None:
+            raise ApiError(
+                429,
+                f"rate limit of {limiter.rate_of(tenant):g} requests/s reached for this tenant",
+                "rate_limit_exceeded",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
 
     async def check_model(model: str, tenant: str, env: Envelope | None = None) -> None:
         """A base model, or an adapter the tenant may use (pinned onto `env`); else 404.
@@ -159,6 +202,37 @@ def create_app(backend: Backend) -> FastAPI:
     async def run(req: ChatCompletionRequest | CompletionRequest, tenant: str) -> Any:
         t0 = time.time_ns()
         check_ready()
+        if req.stream and streams.used(tenant) >= streams.limit:
+            raise ApiError(
+                429,
+                f"{streams.limit} streams already open for this tenant",
+                "too_many_streams",
+                headers={"Retry-After": "1"},
+            )
+        admit(tenant)
+        done = False
+
+        def release() -> None:
+            """Give back the in-flight slot (and the stream slot) once, whichever path ends first."""
+            nonlocal done
+            if not done:
+                done = True
+                in_flight.give("")
+                if req.stream:
+                    streams.give(tenant)
+
+        if req.stream:
+            streams.take(tenant)
+        try:
+            return await _run(req, tenant, t0, release)
+        except BaseException:
+            release()
+            raise
+
+    async def _run(
+        req: ChatCompletionRequest | CompletionRequest, tenant: str, t0: int, release: Callable[[], None]
+    ) -> Any:
+        """Admitted: the slots are held until the reply is sent or the stream ends (`release`)."""
         rid = new_request_id()
         created = int(time.time())
         deadline_s = time.time() + s.gateway_timeout_s
@@ -192,7 +266,7 @@ def create_app(backend: Backend) -> FastAPI:
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return StreamingResponse(
-                _sse(env, waiter, n, created, deadline_s, include_usage, finish_timings),
+                _sse(env, waiter, n, created, deadline_s, include_usage, finish_timings, release),
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid, "Cache-Control": "no-cache"},
             )
@@ -206,6 +280,7 @@ def create_app(backend: Backend) -> FastAPI:
             ) from None
         finally:
             backend.replies.release(rid)
+            release()
         if final.error.code:
             raise ApiError(final.error.http_status or 500, final.error.message, final.error.code)
         e2e = finish_timings(final)
@@ -219,6 +294,7 @@ def create_app(backend: Backend) -> FastAPI:
         deadline_s: float,
         include_usage: bool,
         finish_timings: Callable[[Envelope], float],
+        release: Callable[[], None],
     ) -> AsyncIterator[bytes]:
         rid, kind, model = env.request_id, env.kind, env.model
 
@@ -283,6 +359,7 @@ def create_app(backend: Backend) -> FastAPI:
             yield b"data: [DONE]\n\n"
         finally:
             backend.replies.release(rid)
+            release()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, tenant: str = Depends(tenant_of)) -> Any:
@@ -329,6 +406,7 @@ def create_app(backend: Backend) -> FastAPI:
     ) -> JSONResponse:
         """Queue a request; poll GET /v1/requests/{id}. Retrying with the same request_id is safe."""
         check_ready()
+        rate_check(tenant)
         model_cls = ChatCompletionRequest if body.endpoint == "/v1/chat/completions" else CompletionRequest
         try:
             req = model_cls(**body.body)
@@ -342,15 +420,16 @@ def create_app(backend: Backend) -> FastAPI:
             )
         await check_model(req.model, tenant)
         key = body.request_id or idempotency_key
-        rid, new = backend.store.accept(new_request_id(), tenant, body.endpoint, key)
+        env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
+        await check_model(req.model, tenant, env)
+        rid, new = backend.store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
         if new:
-            env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=0)
-            await check_model(req.model, tenant, env)
             try:
                 await backend.submit(env)
             except Exception:
                 backend.store.forget(rid)
                 raise
+            backend.store.submitted(rid)
         current = backend.store.get(rid, tenant) or {}
         return JSONResponse(current, status_code=202 if current.get("status") == "queued" else 200)
 
@@ -362,6 +441,8 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(404, f"no request {request_id!r}", "not_found")
         return found
 
+    app.include_router(rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError))
+    app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
 
 

@@ -19,6 +19,7 @@ from shared.telemetry import get_logger
 
 from .api import Backend, BodyLimit, async_result, create_app
 from .replies import ReplyRouter, ResultStore
+from .rollouts import RolloutStore, follow_rewards, store_path
 
 log = get_logger(__name__)
 
@@ -105,6 +106,31 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         finally:
             await consumer.stop()
 
+    async def resubmit(stop: asyncio.Event) -> None:
+        """Async requests without an answer long after their last send go again (at-least-once:
+        the first answer wins, so a client sees one); after SY_GATEWAY_RESUBMIT_MAX sends they
+        are reported failed with the reason."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=settings.gateway_resubmit_interval_s)
+            except TimeoutError:
+                pass
+            if stop.is_set() or not reader_ready.is_set():
+                continue
+            for rid, tenant, payload, attempts in store.stale(settings.gateway_resubmit_after_s):
+                if payload is None or attempts >= settings.gateway_resubmit_max:
+                    reason = f"no answer after {attempts} submissions of the request"
+                    store.finish(rid, tenant, "failed", {"error": {"code": "lost", "message": reason}})
+                    log.warning("async request given up", request_id=rid, attempts=attempts)
+                    continue
+                try:
+                    await submit(decode(payload))
+                    store.submitted(rid)
+                    log.info("async request resubmitted", request_id=rid, attempt=attempts + 1)
+                except Exception as exc:  # noqa: BLE001 - the broker may be down: next round
+                    log.warning("resubmit failed", request_id=rid, error=repr(exc))
+                    break
+
     registry = RegistryClient(settings)
     backend = Backend(
         settings=settings,
@@ -117,7 +143,12 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
-    return Service([], background=[read_replies], app=app)
+    rollouts = RolloutStore(store_path(settings))
+
+    async def read_rewards(stop: asyncio.Event) -> None:
+        await follow_rewards(settings, rollouts, stop)
+
+    return Service([], background=[read_replies, resubmit, read_rewards], app=app)
 
 
 def main() -> None:

@@ -84,8 +84,21 @@ class ResultStore:
                     PRIMARY KEY (topic, partition));
                 """
             )
+            # The accepted log: the envelope as submitted, so a request the pipeline lost (a
+            # crashed gateway before its record was acked, a broker that restarted empty) is sent
+            # again, or reported failed after `attempts` sends; never silently lost.
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(requests)")}
+            for col, decl in (
+                ("payload", "BLOB"),
+                ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+                ("submitted", "REAL"),
+            ):
+                if col not in cols:
+                    self._db.execute(f"ALTER TABLE requests ADD COLUMN {col} {decl}")
 
-    def accept(self, request_id: str, tenant: str, endpoint: str, idem_key: str | None) -> tuple[str, bool]:
+    def accept(
+        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None = None
+    ) -> tuple[str, bool]:
         """Record an async request; an idempotency key seen before returns the existing id (False)."""
         with self._lock:
             if idem_key is not None:
@@ -95,10 +108,29 @@ class ResultStore:
                 if row:
                     return row[0], False
             self._db.execute(
-                "INSERT INTO requests VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL)",
-                (request_id, tenant, idem_key, endpoint, time.time()),
+                "INSERT INTO requests (request_id, tenant, idem_key, endpoint, status, created, payload) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                (request_id, tenant, idem_key, endpoint, time.time(), payload),
             )
             return request_id, True
+
+    def submitted(self, request_id: str) -> None:
+        """Its record is on the ingest topic (acked): one more send counted."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE requests SET attempts=attempts+1, submitted=? WHERE request_id=?",
+                (time.time(), request_id),
+            )
+
+    def stale(self, older_than_s: float) -> list[tuple[str, str, bytes | None, int]]:
+        """Queued requests with no answer this long after their last send (or acceptance)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT request_id, tenant, payload, attempts FROM requests "
+                "WHERE status='queued' AND COALESCE(submitted, created) < ?",
+                (time.time() - older_than_s,),
+            ).fetchall()
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def forget(self, request_id: str) -> None:
         """Drop a request that never reached the topic, so a retry with its key submits it again."""

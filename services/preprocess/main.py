@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from shared.bus import Producer
 from shared.config import Settings
-from shared.envelope import Envelope, Rejected, set_error
+from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
 from shared.registry_client import RegistryClient
+from shared.rewards import default_functions, triton_url_of
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.storage import open_store
@@ -14,6 +15,7 @@ from shared.storage import open_store
 from .adapters import AdapterPinner
 from .media_stage import MediaStage
 from .prepare import Preprocessor, TokenCounter
+from .rollouts import fan_out
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
@@ -22,6 +24,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
     media = MediaStage(settings, open_store(settings))
     out, responses = settings.topic("prepared"), settings.topic("responses")
+    reward_functions = default_functions(triton_url_of(settings))  # to check rollout reward specs
 
     def refused(env: Envelope, exc: Rejected, drop_input: bool = False) -> list[Emit]:
         if drop_input:  # the reply needs the reason, not the (possibly large) media input
@@ -33,6 +36,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             await pinner.pin(env)
         except Rejected as exc:  # an unknown adapter is an answer, not a poison record
             return refused(env, exc)
+        if env.kind == Kind.KIND_ROLLOUT:  # text prompts fanned out into samples (no media)
+            return [
+                Emit(out, pre.prepare(g))
+                for g in fan_out(env, settings.rollout_max_prompts, reward_functions)
+            ]
         try:
             found = await media.analyse(env)  # checks and normalises; writes nothing yet
             pre.prepare(env, media_checked=True)

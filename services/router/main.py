@@ -1,20 +1,27 @@
-"""router: sy.routing -> sy.infer.<pool>, or an error reply when no pool can serve."""
+"""router: sy.routing -> sy.infer.<pool>, or an error reply when no pool can serve.
+
+Live state: sy.heartbeats (workers per pool: health, load, resident adapters) and sy.responses
+(answers clear the pending table; their TTFT feeds each pool's speed estimate). A pool whose
+workers all went silent is out; its pending requests are routed again (fail-over).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from switchyard.v1.events_pb2 import Heartbeat
 
-from shared.bus import Producer, follow
+from shared.bus import CONTENT_TYPE_HEADER, Producer, follow, header
 from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, set_error
+from shared.envelope import Envelope, ErrorCode, decode, encode, set_error
 from shared.health import Health
 from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
-from shared.telemetry import get_logger
+from shared.stage import Emit, envelope_consumer, out_record
+from shared.telemetry import add_timing, get_logger
 
-from .policy import choose_pool
+from .pending import PendingTable
+from .policy import PoolState, adapter_label, choose_pool
 from .workers import WorkerTable, affinity_partition, spread_partition
 
 log = get_logger(__name__)
@@ -23,24 +30,47 @@ log = get_logger(__name__)
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     pools = list(settings.pools)
     responses = settings.topic("responses")
-    workers = WorkerTable(stale_after_s=3 * settings.heartbeat_interval_s)
+    workers = WorkerTable(stale_after_s=settings.router_stale_s)
+    state = PoolState(workers)
+    pending = PendingTable(settings.router_pending_max, ttl_s=2 * settings.gateway_timeout_s)
 
-    async def handle(env: Envelope) -> list[Emit]:
-        d = choose_pool(env, pools)
+    def route(env: Envelope, exclude: frozenset[str] = frozenset(), why: str = "") -> Emit:
+        """Decide, record the decision in the envelope (`route` timing), and build the emit."""
+        start = time.time_ns()
+        d = choose_pool(env, pools, state, exclude)
         if d.pool is None:
+            add_timing(env, "route", start, time.time_ns(), parent="router", reason=d.reason)
             log.info("no pool", reason=d.reason)
-            return [Emit(responses, set_error(env, ErrorCode.NO_POOL, d.reason, "router", http_status=404))]
+            return Emit(responses, set_error(env, ErrorCode.NO_POOL, d.reason, "router", d.http_status))
         env.pool = d.pool.name
         topic = settings.topic(d.pool.topic_suffix)
+        label = adapter_label(env)
         if not env.adapter or not settings.router_adapter_affinity:
             # No affinity wanted: least loaded worker, else keyed by request id (spread).
-            return [Emit(topic, env, partition=spread_partition(workers, d.pool.name))]
-        label = f"{env.adapter_ref.name}@{env.adapter_ref.version}"
-        partition, _why = affinity_partition(workers, d.pool.name, label, d.key)
-        return [Emit(topic, env, key=d.key, partition=partition)]
+            emit = Emit(topic, env, partition=spread_partition(workers, d.pool.name))
+        else:
+            partition, _why = affinity_partition(workers, d.pool.name, label, d.key)
+            emit = Emit(topic, env, key=d.key, partition=partition)
+        reason = f"{why}; {d.reason}" if why else d.reason
+        add_timing(env, "route", start, time.time_ns(), parent="router", pool=d.pool.name, reason=reason)
+        return emit
+
+    async def handle(env: Envelope) -> list[Emit]:
+        emit = route(env)
+        if not emit.envelope.HasField("error"):
+            pending.add(env.request_id, env.pool, encode(env))
+        return [emit]
 
     def on_heartbeat(rec: object) -> None:
         workers.update(Heartbeat.FromString(rec.value))  # type: ignore[attr-defined]
+
+    def on_response(rec: object) -> None:
+        env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))  # type: ignore[attr-defined]
+        pending.done(env.request_id)
+        if env.response.pool and not env.HasField("error"):
+            for t in env.timings:
+                if t.stage == "ttft":
+                    state.observe(env.response.pool, (t.end_ns - t.start_ns) / 1e6)
 
     async def heartbeats(stop: asyncio.Event) -> None:
         await follow(
@@ -52,8 +82,42 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             client_id="router-hb",
         )
 
+    async def answers(stop: asyncio.Event) -> None:
+        await follow(settings, responses, on_response, stop, from_beginning=False, client_id="router-resp")
+
+    async def failover(stop: asyncio.Event) -> None:
+        """Route again what waits on a pool that went down; error replies where nothing can serve."""
+        period = max(0.2, min(1.0, settings.router_stale_s / 3))
+        while not stop.is_set():
+            pending.expire()
+            for p in pools:
+                if state.health(p.name) != "down":
+                    continue
+                moved = pending.of_pool(p.name)
+                for rid, item in moved:
+                    env = decode(item.envelope)
+                    age = state.last_seen_age(p.name) or 0.0
+                    emit = route(
+                        env, exclude=frozenset({p.name}), why=f"failover from {p.name} (silent {age:.1f}s)"
+                    )
+                    try:
+                        await producer.send(out_record(emit))
+                    except Exception as exc:  # noqa: BLE001 - retried on the next pass
+                        log.warning("failover send failed", request_id=rid, error=str(exc))
+                        continue
+                    if emit.envelope.HasField("error"):
+                        pending.done(rid)
+                    else:
+                        pending.add(rid, env.pool, encode(env), failovers=item.failovers + 1)
+                    log.info("failed over", request_id=rid, from_pool=p.name, to=env.pool or None)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=period)
+            except TimeoutError:
+                pass
+
     return Service(
-        [envelope_consumer("router", "routing", handle, producer, settings)], background=[heartbeats]
+        [envelope_consumer("router", "routing", handle, producer, settings)],
+        background=[heartbeats, answers, failover],
     )
 
 

@@ -45,13 +45,25 @@ class WorkerTable:
     def update(self, hb: Heartbeat, now: float | None = None) -> None:
         self._workers[hb.worker_id] = Worker(hb, time.monotonic() if now is None else now)
 
-    def live(self, pool: str, now: float | None = None) -> list[Worker]:
+    def live(self, pool: str, now: float | None = None, need_partitions: bool = True) -> list[Worker]:
+        """Workers of `pool` with a fresh heartbeat (and, for affinity, assigned partitions)."""
         now = time.monotonic() if now is None else now
         return [
             w
             for w in self._workers.values()
-            if w.hb.pool == pool and now - w.seen <= self.stale_after_s and w.hb.partitions
+            if w.hb.pool == pool
+            and now - w.seen <= self.stale_after_s
+            and (w.hb.partitions or not need_partitions)
         ]
+
+    def seen(self, pool: str) -> bool:
+        """Whether any worker of `pool` ever sent a heartbeat."""
+        return any(w.hb.pool == pool for w in self._workers.values())
+
+    def last_seen_age(self, pool: str, now: float | None = None) -> float | None:
+        now = time.monotonic() if now is None else now
+        ages = [now - w.seen for w in self._workers.values() if w.hb.pool == pool]
+        return min(ages) if ages else None
 
 
 def _stable_index(key: str, n: int) -> int:

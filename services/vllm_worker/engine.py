@@ -88,7 +88,24 @@ def engine_args(settings: Settings) -> Any:
         )
     if on_gpu():
         kw["gpu_memory_utilization"] = settings.vllm_gpu_memory_utilization
+    kw.update(pool_engine_knobs(settings))
     return AsyncEngineArgs(**kw)
+
+
+def pool_engine_knobs(settings: Settings) -> dict[str, Any]:
+    """The pool's precision/quantization/offload settings (SY_POOLS) as engine arguments."""
+    try:
+        pool = settings.pool(settings.vllm_pool)
+    except KeyError:
+        return {}
+    kw: dict[str, Any] = {}
+    if pool.precision:
+        kw["dtype"] = pool.precision
+    if pool.quantization:
+        kw["quantization"] = pool.quantization
+    if pool.cpu_offload_gb:
+        kw["cpu_offload_gb"] = pool.cpu_offload_gb
+    return kw
 
 
 @dataclass

@@ -7,28 +7,28 @@ import time
 from pathlib import Path
 
 from switchyard.v1.envelope_pb2 import AdapterRef
-from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat, StreamDelta
+from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
 from shared.adapter_refs import ref_from_manifest
-from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer, follow
+from shared.bus import Producer, follow
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Rejected, set_error
+from shared.generation import (
+    Accumulator,
+    deadline_error,
+    deadline_passed,
+    prompt_token_ids,
+    sampling_kwargs,
+)
 from shared.health import Health
 from shared.model_version import fingerprint
 from shared.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
+from shared.worker import StreamPublisher, assigned_partitions, heartbeat_loop
 
 from .engine import Engine, lora_rank
-from .generation import (
-    Accumulator,
-    DeltaBatcher,
-    deadline_error,
-    deadline_passed,
-    prompt_token_ids,
-    sampling_kwargs,
-)
 from .lora import LoraManager
 
 log = get_logger(__name__)
@@ -41,7 +41,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     engine = Engine(settings)
     await engine.start()
     model_version = await asyncio.to_thread(
-        fingerprint, settings.model_path, settings.var_dir / "run" / "model-fingerprints.json"
+        fingerprint, settings.model_path(), settings.var_dir / "run" / "model-fingerprints.json"
     )
     health.add_check("engine", lambda: engine.ready)
     loras: LoraManager | None = None
@@ -91,32 +91,18 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             reason = f"pool {pool!r} does not serve LoRA adapters (SY_VLLM_ENABLE_LORA is off)"
             return [Emit(responses, set_error(env, ErrorCode.NO_POOL, reason, "vllm_worker", 404))]
         acc = Accumulator(kw["n"], worker)
-        batcher = DeltaBatcher(settings.stream_flush_ms)
-        acks: list[asyncio.Future[object]] = []
-
-        async def send(delta: StreamDelta | None) -> None:
-            if delta is not None:
-                record = OutRecord(
-                    stream_topic,
-                    delta.SerializeToString(),
-                    key=env.request_id.encode(),
-                    headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
-                )
-                acks.append(await producer.send_soon(record))
+        stream = StreamPublisher(producer, stream_topic, env, settings.stream_flush_ms)
 
         in_flight += 1
         try:
             # Unique per attempt: a redelivered request may reach this engine while the old one runs.
             async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}", lora):
-                delta = acc.add(out, env.request_id, env.tenant)
-                if delta is not None and env.request.sampling.stream:
-                    await send(batcher.add(delta))
-            await send(batcher.flush())
+                await stream.add(acc.add(out, env.request_id, env.tenant))
         finally:
             in_flight -= 1
             if held is not None and loras is not None:
                 loras.release(held)
-        await asyncio.gather(*acks)  # deltas are acknowledged before the final response goes out
+        await stream.close()  # deltas are acknowledged before the final response goes out
         finished = time.time_ns()
         env.response.CopyFrom(acc.response(pool))
         env.response.model_version = model_version
@@ -128,40 +114,29 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     )
     consumer_topic = settings.topic(f"infer.{pool}")
 
+    async def refresh() -> None:
+        if loras is not None:
+            await loras.refresh_loaded()
+
+    def heartbeat() -> Heartbeat:
+        return Heartbeat(
+            pool=pool,
+            worker_id=worker,
+            engine="vllm",
+            models=[settings.vllm_model],
+            model_versions={settings.vllm_model: model_version},
+            in_flight=in_flight,
+            max_in_flight=settings.vllm_max_num_seqs,
+            queue_depth=engine.state.waiting,
+            kv_usage=engine.state.kv_usage,
+            modalities=["text"],
+            max_lora_rank=lora_rank(settings),
+            adapters=loras.resident() if loras is not None else [],
+            partitions=assigned_partitions(consumer, consumer_topic),
+        )
+
     async def heartbeats(stop: asyncio.Event) -> None:
-        topic = settings.topic("heartbeats")
-        while not stop.is_set():
-            if loras is not None:
-                try:
-                    await loras.refresh_loaded()
-                except Exception as exc:  # noqa: BLE001 - the engine's watchdog handles a dead engine
-                    log.warning("could not list loaded adapters", error=str(exc))
-            hb = Heartbeat(
-                pool=pool,
-                worker_id=worker,
-                engine="vllm",
-                models=[settings.vllm_model],
-                model_versions={settings.vllm_model: model_version},
-                in_flight=in_flight,
-                max_in_flight=settings.vllm_max_num_seqs,
-                queue_depth=engine.state.waiting,
-                kv_usage=engine.state.kv_usage,
-                sent_unix_ns=time.time_ns(),
-                modalities=["text"],
-                max_lora_rank=lora_rank(settings),
-                adapters=loras.resident() if loras is not None else [],
-                partitions=sorted(
-                    tp.partition for tp in consumer.consumer.assignment() if tp.topic == consumer_topic
-                ),
-            )
-            try:
-                await producer.send(OutRecord(topic, hb.SerializeToString(), key=worker.encode()))
-            except Exception as exc:  # noqa: BLE001 - a missed heartbeat is not fatal
-                log.warning("heartbeat failed", error=str(exc))
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=settings.heartbeat_interval_s)
-            except TimeoutError:
-                pass
+        await heartbeat_loop(settings, producer, heartbeat, stop, before=refresh)
 
     async def watchdog(stop: asyncio.Event) -> None:
         """A dead engine cannot recover in-process: exit so the supervisor restarts the worker."""

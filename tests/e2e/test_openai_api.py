@@ -268,6 +268,73 @@ def test_worker_sigkill_mid_generation_redelivers_and_client_sees_one_answer(pip
         os.killpg(pid, 0)
 
 
+def test_metrics_of_every_service_parse_and_name_the_series(pipeline) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    common = {"process_cpu_seconds", "process_resident_memory_bytes", "sy_stage_seconds"}
+    wanted = {
+        "preprocess": {"sy_queue_wait_seconds", "sy_consumer_lag", "sy_in_flight", "sy_records"},
+        "router": {"sy_queue_wait_seconds", "sy_consumer_lag", "sy_in_flight"},
+        "vllm_worker": {
+            "vllm:time_to_first_token_seconds",
+            "vllm:inter_token_latency_seconds",
+            "vllm:e2e_request_latency_seconds",
+            "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc",
+            "sy_queue_wait_seconds",
+        },
+        "gateway": set(),
+    }
+    for name, extra in wanted.items():
+        text = httpx.get(pipeline.endpoints["services"][name]["url"] + "/metrics", timeout=10).text
+        families = {f.name for f in text_string_to_metric_families(text)}
+        missing = (common | extra) - families
+        assert not missing, (name, missing)
+
+
+def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
+    env = dict(pipeline.env, SY_API_KEYS=json.dumps({"sk-a": "tenant-a"}))
+    out = tmp_path / "profile"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "profile",
+            "--scenario",
+            "smoke",
+            "--duration",
+            "5",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    a = json.loads((out / "analysis.json").read_text())
+    assert a["completed"] >= 2 and a["failed"] == 0, a
+    hops = [s for s in a["stages"] if s.startswith("hop:")]
+    assert hops == [
+        "hop:sy.requests",
+        "hop:sy.prepared",
+        "hop:sy.routing",
+        "hop:sy.infer.vllm",
+        "hop:sy.responses",
+    ]
+    assert a["dominant_stage"]["p50"] in a["stages"] and a["itl_ms"]["n"] > 0
+    page = (out / "report.html").read_text()
+    assert all(
+        f'id="plot-{k}"' in page for k in ("stages", "ttft", "itl", "throughput", "lag", "cache", "pools")
+    )
+    run = json.loads((out / "run.json").read_text())
+    lag = [s for s in run["samples"] if any(k.startswith("sy_consumer_lag") for k in s.get("series", {}))]
+    assert lag, "consumer lag sampled from the services' /metrics"
+
+
 def test_media_parts_are_refused_by_modality_and_long_prompts_before_inference(client: openai.OpenAI) -> None:
     """Multimodal preprocessing on the default deployment: sy-tiny's pool declares text only."""
     from tests.helpers import media_files as mf

@@ -54,6 +54,7 @@ OPTIONAL_UNSET = {
     "storage_dir",
     "adapter_cache_dir",
     "triton_metrics_url",  # default: http://<SY_TRITON_URL host>:8002/metrics
+    "cache_embed_triton_url",  # unset: the cache embeds in-process
     "router_stale_after_s",  # default: 3 heartbeat intervals
 }
 # Settings with a default that only suits one machine: loopback addresses, the local API key and

@@ -69,12 +69,15 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
 
     rec = by_id["r-proto"]
     got = decode(rec.value)
-    assert [t.stage for t in got.timings] == ["queue", "preprocess", "queue", "cache", "queue", "router"]
+    top = [t.stage for t in got.timings if "parent" not in t.attrs]  # sub-rows name their parent stage
+    assert top == ["queue", "preprocess", "queue", "cache", "queue", "router"]
+    route = [t for t in got.timings if t.stage == "route"]
+    assert len(route) == 1 and route[0].attrs["pool"] == "vllm" and route[0].attrs["reason"]
     hops = [t.attrs["topic"] for t in got.timings if t.stage == "queue"]
     assert hops == [f"{topics}requests", f"{topics}prepared", f"{topics}routing"]
     for t in got.timings:
         assert 0 <= t.end_ns - t.start_ns < 10e9
-    starts = [t.start_ns for t in got.timings]
+    starts = [t.start_ns for t in got.timings if "parent" not in t.attrs]
     assert starts == sorted(starts), "timings are in pipeline order"
     assert got.pool == "vllm"
     assert rec.key == got.request_id.encode()  # base requests need no affinity: spread by request id

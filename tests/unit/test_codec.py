@@ -188,3 +188,17 @@ def test_property_decode_never_crashes(data: bytes) -> None:
             validate(e)
         except Rejected:
             pass
+
+
+def test_unknown_enum_numbers_are_refused() -> None:
+    from shared.envelope import Rejected, validate
+
+    e = Envelope(request_id="r", tenant="acme", kind=Kind.KIND_CHAT, model="m")
+    e.request.messages.add(role="user", content="hi")
+    validate(e)
+    for field, value, needle in (("kind", 12345, "kind 12345"), ("priority", 77, "priority 77")):
+        bad = Envelope()
+        bad.CopyFrom(e)
+        setattr(bad, field, value)
+        with pytest.raises(Rejected, match=needle):
+            validate(bad)

@@ -18,7 +18,7 @@ def test_defaults() -> None:
     s = load_settings()
     assert s.kafka_bootstrap is None  # embedded broker
     assert s.topic("requests") == "sy.requests"
-    assert [p.name for p in s.pools] == ["vllm"]
+    assert [p.name for p in s.pools] == ["vllm", "triton"]
     assert s.health_port_for("router") == 9103
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from switchyard.v1.events_pb2 import ChoiceDelta, StreamDelta
 
 from services.gateway.openai_format import StreamDeduper
-from services.vllm_worker.generation import DeltaBatcher, merge_deltas
+from shared.generation import DeltaBatcher, merge_deltas
 
 
 def delta(text: str, text_offset: int, index: int = 0, tokens: int = 1) -> StreamDelta:

@@ -64,3 +64,52 @@ def test_logs_are_json_with_request_ids_bound(capsys) -> None:
     assert lines[0]["tenant"] == "acme" and lines[0]["trace_id"] == "abc" and lines[0]["service"] == "test"
     assert lines[1]["event"] == "stdlib line" and lines[1]["request_id"] == "r-9"
     structlog.contextvars.clear_contextvars()
+
+
+def test_gpu_collector_reports_nvml_devices_and_nothing_without_them() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from shared.telemetry import GpuCollector
+
+    cpu_only = GpuCollector()  # this machine: no NVML driver
+    assert list(cpu_only.collect()) == []
+    # No GPU here: NVML's answers are stood in by an object with its API (values as a driver gives them).
+    gpu = GpuCollector()
+    gpu.nvml = SimpleNamespace(
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=75),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=2 * 1024**3, total=80 * 1024**3),
+        nvmlDeviceGetPowerUsage=lambda h: 350_000,  # milliwatts
+    )
+    gpu.handles = [("0", object())]
+    reg = CollectorRegistry()
+    reg.register(gpu)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got = {
+        s.name: s.value
+        for f in text_string_to_metric_families(generate_latest(reg).decode())
+        for s in f.samples
+        if s.labels == {"gpu": "0"}
+    }
+    assert got == {
+        "sy_gpu_utilization_ratio": 0.75,
+        "sy_gpu_memory_used_bytes": 2 * 1024**3,
+        "sy_gpu_memory_total_bytes": 80 * 1024**3,
+        "sy_gpu_power_watts": 350.0,
+    }
+
+
+def test_logs_redact_prompts_when_configured_and_never_show_secrets(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json as _json
+
+    from shared.telemetry import configure_logging, get_logger
+
+    for redact_prompts in (False, True):
+        configure_logging("t", "INFO", "json", redact_prompts)
+        get_logger("t").info("req", content="my card is 4111", authorization="Bearer sk-live", n=3)
+        line = _json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert line["authorization"] == "[secret]" and line["n"] == 3
+        assert line["content"] == ("[redacted 15 chars]" if redact_prompts else "my card is 4111")
+    configure_logging("t", "INFO", "json", False)

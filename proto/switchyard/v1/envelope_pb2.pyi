@@ -199,16 +199,129 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stage: _Optional[str] = ..., retryable: bool = ..., http_status: _Optional[int] = ...) -> None: ...
 
 class Rollout(_message.Message):
-    __slots__ = ("rollout_id", "group_index", "sample_index", "group_size")
+    __slots__ = ("rollout_id", "group_index", "sample_index", "group_size", "prompts", "reward_spec", "num_groups", "references", "reward", "group", "staleness", "policy_alias", "accepted_unix_ns", "return_tokens")
+    class ReferencesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_INDEX_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_SPEC_FIELD_NUMBER: _ClassVar[int]
+    NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_ALIAS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    RETURN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     group_index: int
     sample_index: int
     group_size: int
-    def __init__(self, rollout_id: _Optional[str] = ..., group_index: _Optional[int] = ..., sample_index: _Optional[int] = ..., group_size: _Optional[int] = ...) -> None: ...
+    prompts: _containers.RepeatedCompositeFieldContainer[RolloutPrompt]
+    reward_spec: RewardSpec
+    num_groups: int
+    references: _containers.ScalarMap[str, str]
+    reward: RewardResult
+    group: GroupResult
+    staleness: int
+    policy_alias: str
+    accepted_unix_ns: int
+    return_tokens: bool
+    def __init__(self, rollout_id: _Optional[str] = ..., group_index: _Optional[int] = ..., sample_index: _Optional[int] = ..., group_size: _Optional[int] = ..., prompts: _Optional[_Iterable[_Union[RolloutPrompt, _Mapping]]] = ..., reward_spec: _Optional[_Union[RewardSpec, _Mapping]] = ..., num_groups: _Optional[int] = ..., references: _Optional[_Mapping[str, str]] = ..., reward: _Optional[_Union[RewardResult, _Mapping]] = ..., group: _Optional[_Union[GroupResult, _Mapping]] = ..., staleness: _Optional[int] = ..., policy_alias: _Optional[str] = ..., accepted_unix_ns: _Optional[int] = ..., return_tokens: bool = ...) -> None: ...
+
+class RolloutPrompt(_message.Message):
+    __slots__ = ("messages", "prompt", "references")
+    class ReferencesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    prompt: str
+    references: _containers.ScalarMap[str, str]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., prompt: _Optional[str] = ..., references: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RewardFunction(_message.Message):
+    __slots__ = ("name", "weight", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: float
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RewardSpec(_message.Message):
+    __slots__ = ("functions",)
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    functions: _containers.RepeatedCompositeFieldContainer[RewardFunction]
+    def __init__(self, functions: _Optional[_Iterable[_Union[RewardFunction, _Mapping]]] = ...) -> None: ...
+
+class RewardResult(_message.Message):
+    __slots__ = ("reward", "scores", "notes", "advantage", "scored_unix_ns")
+    class ScoresEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class NotesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_FIELD_NUMBER: _ClassVar[int]
+    SCORED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    reward: float
+    scores: _containers.ScalarMap[str, float]
+    notes: _containers.ScalarMap[str, str]
+    advantage: float
+    scored_unix_ns: int
+    def __init__(self, reward: _Optional[float] = ..., scores: _Optional[_Mapping[str, float]] = ..., notes: _Optional[_Mapping[str, str]] = ..., advantage: _Optional[float] = ..., scored_unix_ns: _Optional[int] = ...) -> None: ...
+
+class GroupResult(_message.Message):
+    __slots__ = ("mean", "std", "size", "rewards", "advantages", "completion_ms", "scoring_ms")
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    STD_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_MS_FIELD_NUMBER: _ClassVar[int]
+    SCORING_MS_FIELD_NUMBER: _ClassVar[int]
+    mean: float
+    std: float
+    size: int
+    rewards: _containers.RepeatedScalarFieldContainer[float]
+    advantages: _containers.RepeatedScalarFieldContainer[float]
+    completion_ms: float
+    scoring_ms: float
+    def __init__(self, mean: _Optional[float] = ..., std: _Optional[float] = ..., size: _Optional[int] = ..., rewards: _Optional[_Iterable[float]] = ..., advantages: _Optional[_Iterable[float]] = ..., completion_ms: _Optional[float] = ..., scoring_ms: _Optional[float] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens")

@@ -1,8 +1,9 @@
 """From an envelope to engine inputs, and from engine steps to deltas, a response and timings.
 
 No Kafka and no engine here: `sampling_kwargs` and `prompt_token_ids` build what the engine
-takes; `Accumulator` turns the engine's DELTA outputs into StreamDelta records and the final
-Response with TTFT/ITL. The worker's main wires them to vLLM and the bus.
+takes; `Accumulator` turns an engine's delta outputs (vLLM's DELTA RequestOutput, or an
+`EngineStep` built by a worker whose engine is elsewhere, e.g. Triton) into StreamDelta records
+and the final Response with TTFT/ITL. Both workers' mains wire them to their engine and the bus.
 """
 
 from __future__ import annotations
@@ -86,6 +87,27 @@ def sampling_kwargs(env: Envelope, prompt_len: int, max_model_len: int) -> dict[
 
 
 @dataclass
+class StepOutput:
+    """One choice's new tokens in one engine step (the shape of vLLM's CompletionOutput)."""
+
+    index: int
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None = None
+    logprobs: list[dict[int, Any]] | None = None
+
+
+@dataclass
+class EngineStep:
+    """One engine step (the shape of vLLM's RequestOutput with RequestOutputKind.DELTA)."""
+
+    outputs: list[StepOutput]
+    prompt_token_ids: list[int] | None = None
+    metrics: Any = None
+    queue_s: float | None = None  # time the request waited inside the engine, where it says
+
+
+@dataclass
 class _ChoiceState:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
@@ -98,9 +120,10 @@ class _ChoiceState:
 class Accumulator:
     """Collects one generation's DELTA outputs."""
 
-    def __init__(self, n: int, worker: str) -> None:
+    def __init__(self, n: int, worker: str, stage: str = "vllm_worker") -> None:
         self.choices = [_ChoiceState() for _ in range(n)]
         self.worker = worker
+        self.stage = stage  # the worker's stage entry: parent of the engine sub-timings
         self.submitted_ns = time.time_ns()
         self.first_token_ns = 0
         self.last_token_ns = 0
@@ -141,6 +164,8 @@ class Accumulator:
                     st.logprobs.append(float(lp[tok].logprob) if tok in lp else 0.0)
             if o.finish_reason:
                 st.finish_reason = o.finish_reason if o.finish_reason in FINISH_REASONS else "stop"
+        if getattr(out, "queue_s", None) is not None:
+            self.engine_queue_s = out.queue_s
         m = getattr(out, "metrics", None)
         if m is not None and getattr(m, "scheduled_ts", 0) and getattr(m, "queued_ts", 0):
             self.engine_queue_s = max(0.0, m.scheduled_ts - m.queued_ts)
@@ -180,14 +205,14 @@ class Accumulator:
         """Engine sub-timings (parent: the worker stage entry, so breakdowns do not count them twice)."""
         itl = self.itl_ms()
         attrs: dict[str, object] = {
-            "parent": "vllm_worker",
+            "parent": self.stage,
             "tokens": sum(len(c.token_ids) for c in self.choices),
         }
         if self.engine_queue_s is not None:
             attrs["engine_queue_ms"] = round(self.engine_queue_s * 1000, 3)
         first = self.first_token_ns or finished_ns
         add_timing(env, "ttft", self.submitted_ns, first, **attrs)
-        summary: dict[str, object] = {"parent": "vllm_worker"}
+        summary: dict[str, object] = {"parent": self.stage}
         if itl:
             summary.update(
                 itl_mean_ms=round(statistics.fmean(itl), 3),

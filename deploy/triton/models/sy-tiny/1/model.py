@@ -1,0 +1,122 @@
+"""Triton python model: streaming text generation with sy-tiny on CPU (decoupled).
+
+execute() turns each request into a GenRequest for the continuous-batching engine and returns
+at once; the engine's thread sends one response per decode step through the request's
+response sender, the last one flagged final. Inputs: INPUT_IDS (prompt token ids, preferred:
+the caller renders the chat template) or PROMPT (text), plus optional sampling inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from llama_engine import Engine, GenRequest, GenStep  # noqa: E402
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _scalar(request: object, name: str, default: object) -> object:
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    if t is None:
+        return default
+    arr = t.as_numpy().reshape(-1)
+    return arr[0].item() if arr.size else default
+
+
+def _strings(request: object, name: str) -> list[str]:
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    if t is None:
+        return []
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in t.as_numpy().reshape(-1)]
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        model_dir = params.get("model_dir") or ""
+        if not model_dir:
+            base = os.environ.get("SY_MODELS_DIR") or os.path.join(
+                os.environ.get("SY_VAR_DIR", "var"), "models"
+            )
+            model_dir = os.path.join(base, params.get("weights", "sy-tiny"))
+        path = Path(model_dir)
+        if not (path / "config.json").is_file():
+            raise pb_utils.TritonModelException(
+                f"{args['model_name']}: no model at {path} (set parameter model_dir or SY_MODELS_DIR)"
+            )
+        threads = int(params.get("torch_threads") or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.engine = Engine(
+            path, max_batch=int(params.get("max_batch") or 16), dtype=_DTYPES[params.get("dtype", "float32")]
+        )
+        self.engine.start()
+        self.name = args["model_name"]
+
+    def execute(self, requests: list[object]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()  # type: ignore[attr-defined]
+            try:
+                self.engine.submit(self._gen_request(request, sender))
+            except Exception as exc:  # noqa: BLE001 - a bad request answers with an error, alone
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name}: {exc}")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+        return None
+
+    def _gen_request(self, request: object, sender: object) -> GenRequest:
+        ids_t = pb_utils.get_input_tensor_by_name(request, "INPUT_IDS")
+        if ids_t is not None and ids_t.as_numpy().size:
+            ids = [int(x) for x in ids_t.as_numpy().reshape(-1)]
+        else:
+            prompt = _strings(request, "PROMPT")
+            if not prompt:
+                raise ValueError("give INPUT_IDS or PROMPT")
+            ids = self.engine.encode(prompt[0])
+        seed = _scalar(request, "SEED", None)
+        cancelled = getattr(sender, "is_cancelled", None)
+
+        def emit(step: GenStep) -> None:
+            final = bool(step.finish_reason)
+            if step.finish_reason == "error":
+                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name}: {step.text}"))
+            else:
+                resp = pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("TOKEN_IDS", np.asarray(step.token_ids, dtype=np.int32)),
+                        pb_utils.Tensor("TEXT", np.asarray([step.text.encode()], dtype=np.object_)),
+                        pb_utils.Tensor(
+                            "FINISH_REASON", np.asarray([step.finish_reason.encode()], dtype=np.object_)
+                        ),
+                        pb_utils.Tensor("PROMPT_TOKENS", np.asarray([step.prompt_tokens], dtype=np.int32)),
+                        pb_utils.Tensor("QUEUE_US", np.asarray([step.queue_us], dtype=np.int64)),
+                    ]
+                )
+            sender.send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)  # type: ignore[attr-defined]
+
+        return GenRequest(
+            prompt_ids=ids,
+            max_tokens=int(_scalar(request, "MAX_TOKENS", 256)),  # type: ignore[arg-type]
+            emit=emit,
+            temperature=float(_scalar(request, "TEMPERATURE", 1.0)),  # type: ignore[arg-type]
+            top_p=float(_scalar(request, "TOP_P", 1.0)),  # type: ignore[arg-type]
+            top_k=int(_scalar(request, "TOP_K", 0)),  # type: ignore[arg-type]
+            min_tokens=int(_scalar(request, "MIN_TOKENS", 0)),  # type: ignore[arg-type]
+            seed=int(seed) if seed is not None else None,  # type: ignore[call-overload]
+            stop=_strings(request, "STOP"),
+            cancelled=(lambda: bool(cancelled())) if callable(cancelled) else (lambda: False),
+        )
+
+    def finalize(self) -> None:
+        self.engine.stop()

@@ -1,0 +1,325 @@
+"""rollouts: RL rollout throughput through Switchyard vs the vLLM engine directly, and reward scoring.
+
+(a) The same job, K prompts x n samples (fixed length: min_tokens = max_tokens, temperature 1),
+    against vLLM's AsyncLLM in-process (one request per prompt with n, all submitted at once),
+    then through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
+    generated, scored and published on sy.rewards, and read back by the gateway).
+    samples/s and tokens/s of both and their ratio (target >= 0.9). LoRA is off on both sides,
+    as in pipeline-vs-engine (lora-scaling measures LoRA).
+(b) Rule-based reward scoring throughput in one process: numeric_match + regex + length_penalty
+    + exact_match over groups of 8 (target >= 5k samples/s), the functions alone and the whole
+    reward stage (statistics, sample and group records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shared.models import tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_TOKENS = 32
+REPEATS = 2  # each side runs the job this many times in one engine/pipeline; the best run counts
+
+
+def job_prompts(k: int) -> list[str]:
+    rng = random.Random(5)
+    return [tasks.sample(tasks.TASKS[i % len(tasks.TASKS)], rng).prompt for i in range(k)]
+
+
+# ------------------------------------------------------------------------ (b) scoring throughput
+SPEC = [
+    ("numeric_match", 1.0, {}),
+    ("regex", 0.2, {"pattern": r"^-?\d+$", "mode": "fullmatch"}),
+    ("length_penalty", 0.1, {"target": "8", "limit": "16"}),
+    ("exact_match", 0.5, {}),
+]
+
+
+async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
+    from switchyard.v1.envelope_pb2 import Choice, RewardFunction
+
+    from services.reward.groups import build_records
+    from services.reward.scoring import Published, RewardStage
+    from shared.envelope import Envelope, Kind
+    from shared.rewards import Sample, SpecItem, default_functions, score_group
+
+    fns = default_functions(None)
+    items = [SpecItem(n, w, p) for n, w, p in SPEC]
+    rng = random.Random(3)
+    groups = []
+    for _ in range(samples // group):
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        prompt, truth = f"What is {a}+{b}?", a + b
+        texts = [str(truth + rng.choice((0, 0, 1, -1, 10))) for _ in range(group)]
+        groups.append(
+            ([Sample(prompt, t, {"answer": str(truth)}, token_ids=range(len(t))) for t in texts], texts)
+        )
+    # the functions alone
+    t0 = time.perf_counter()
+    for ss, _ in groups:
+        await score_group(ss, items, fns)
+    fn_wall = time.perf_counter() - t0
+
+    # the whole stage: envelope in, records out (what the reward service does per record, minus Kafka)
+    async def alias(_t: str, _n: str, _a: str) -> int:
+        return 1
+
+    stage = RewardStage(fns, alias, Published())
+    envs = []
+    for gi, (ss, texts) in enumerate(groups):
+        env = Envelope(request_id=f"ro-b:g{gi}", tenant="t", kind=Kind.KIND_ROLLOUT, model="sy-tiny")
+        env.request.prompt = ss[0].prompt
+        env.rollout.rollout_id, env.rollout.group_index, env.rollout.group_size = "ro-b", gi, group
+        env.rollout.references["answer"] = ss[0].references["answer"]
+        for n, w, p in SPEC:
+            env.rollout.reward_spec.functions.append(RewardFunction(name=n, weight=w, params=p))
+        for i, t in enumerate(texts):
+            env.response.choices.append(Choice(index=i, text=t, token_ids=list(range(len(t)))))
+        envs.append(env.SerializeToString())
+    t0 = time.perf_counter()
+    records = 0
+    for raw in envs:
+        env = Envelope.FromString(raw)
+        out = await stage.handle(env)
+        assert out is not None and not isinstance(out, Envelope)
+        stage.published_ok(out)
+        records += sum(len(e.SerializeToString()) > 0 for e in out.all)
+    stage_wall = time.perf_counter() - t0
+    _ = build_records  # the stage path above includes it
+    n = len(groups) * group
+    return {
+        "samples": n,
+        "group_size": group,
+        "functions": [s[0] for s in SPEC],
+        "functions_only_samples_per_s": round(n / fn_wall, 1),
+        "stage_samples_per_s": round(n / stage_wall, 1),
+        "records_out": records,
+        "target_samples_per_s": 5000,
+        "meets_target": n / stage_wall >= 5000,
+    }
+
+
+# --------------------------------------------------------------------------- (a) vs the engine
+async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
+    """Run in a subprocess: the engine must be gone before the pipeline starts its own."""
+    from services.vllm_worker.engine import engine_args, engine_environment
+    from shared.config import load_settings
+
+    settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False)
+    engine_environment(settings)
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    llm = AsyncLLM.from_engine_args(engine_args(settings))
+    tok = llm.get_tokenizer()
+    params = SamplingParams(
+        n=n,
+        temperature=1.0,
+        max_tokens=MAX_TOKENS,
+        min_tokens=MAX_TOKENS,
+        seed=0,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+    async def one(rid: str, prompt: str) -> tuple[int, int]:
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+        ids = tok.encode(text, add_special_tokens=False)
+        tokens, done = 0, set()
+        async for out in llm.generate(TokensPrompt(prompt_token_ids=ids), params, rid):
+            for o in out.outputs:
+                tokens += len(o.token_ids)
+                if o.finish_reason:
+                    done.add(o.index)
+        return len(done), tokens
+
+    await asyncio.gather(*(one(f"warm-{i}", p) for i, p in enumerate(job_prompts(2))))
+    runs = []
+    for rep in range(REPEATS):
+        t0 = time.perf_counter()
+        rs = await asyncio.gather(*(one(f"job{rep}-{i}", p) for i, p in enumerate(job_prompts(k))))
+        wall = time.perf_counter() - t0
+        samples, tokens = sum(r[0] for r in rs), sum(r[1] for r in rs)
+        runs.append(
+            {
+                "samples": samples,
+                "tokens": tokens,
+                "wall_s": round(wall, 3),
+                "samples_per_s": round(samples / wall, 2),
+                "tokens_per_s": round(tokens / wall, 1),
+            }
+        )
+    llm.shutdown()
+    return best(runs)
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest of the repeats (the machine is shared: the best run is the least disturbed), with all of them."""
+    top = max(runs, key=lambda r: r["samples_per_s"])
+    return {**top, "runs_samples_per_s": [r["samples_per_s"] for r in runs]}
+
+
+def run_direct(model_dir: Path, k: int, n: int) -> dict[str, Any]:
+    env = {key: v for key, v in os.environ.items() if not key.startswith("SY_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadtests.rollouts", "direct", str(model_dir), str(k), str(n)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(line[7:])
+
+
+def start_pipeline(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    from shared.embedded.procs import free_port
+
+    env = {key: v for key, v in os.environ.items() if not key.startswith("SY_")}
+    env.update(
+        SY_VAR_DIR=str(var_dir),
+        SY_MODELS_DIR=str(model_dir.parent),
+        SY_LOG_LEVEL="WARNING",
+        SY_KAFKA_PORT=str(free_port()),
+        SY_VLLM_ENABLE_LORA="false",
+        SY_CACHE_ENABLED="false",
+        PYTHONUNBUFFERED="1",
+    )
+    log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shared.cli", "up"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    endpoints = var_dir / "run" / "endpoints.json"
+    deadline = time.monotonic() + 300
+    while not endpoints.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((var_dir / "pipeline.log").read_text()[-3000:])
+        time.sleep(0.5)
+    return proc, json.loads(endpoints.read_text())["services"]["gateway"]["url"] + "/v1"
+
+
+async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]:
+    headers = {"Authorization": "Bearer sk-switchyard-local"}
+    body = {
+        "policy": {"model": "sy-tiny"},
+        "prompts": [{"messages": [{"role": "user", "content": p}]} for p in prompts],
+        "n": n,
+        "sampling": {"temperature": 1.0, "max_tokens": MAX_TOKENS, "min_tokens": MAX_TOKENS, "seed": 0},
+        "reward": {
+            "functions": [{"name": "task_check"}, {"name": "length_penalty", "params": {"target": 32}}]
+        },
+    }
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as c:
+        t0 = time.perf_counter()
+        r = await c.post("/rollouts", json=body)
+        r.raise_for_status()
+        rid = r.json()["id"]
+        deadline = time.monotonic() + 600
+        while True:
+            got = (await c.get(f"/rollouts/{rid}", params={"samples": False})).json()
+            if got["status"] in ("completed", "failed"):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rollout {rid} not done after 600 s: {got}")
+            await asyncio.sleep(0.05)
+        wall = time.perf_counter() - t0
+        full = (await c.get(f"/rollouts/{rid}")).json()
+    samples = full["counts"]["samples"]
+    tokens = full["throughput"]["completion_tokens"]
+    rewards = [s["reward"] for g in full["groups"] for s in g["samples"]]
+    return {
+        "status": full["status"],
+        "samples": samples,
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "samples_per_s": round(samples / wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "mean_reward": round(sum(rewards) / max(1, len(rewards)), 4),
+        "group_completion_ms_p50": sorted(g["completion_ms"] for g in full["groups"])[
+            len(full["groups"]) // 2
+        ],
+    }
+
+
+async def run(out: Path, quick: bool = False) -> dict[str, Any]:
+    from shared.models.build import build_model
+
+    # SY_MODELS_DIR: reuse a built model (as the services do), else build/cache it under var/models.
+    model_dir = build_model(
+        "sy-tiny", Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models"), progress=False
+    )
+    var_dir = (out / "rollouts-var").resolve()
+    shutil.rmtree(var_dir, ignore_errors=True)  # fresh state per run (no disk cache, no old stores)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    k, n = (8, 4) if quick else (32, 8)
+    scoring = await scoring_throughput(4000 if quick else 40000)
+
+    direct = run_direct(model_dir, k, n)
+    proc, url = start_pipeline(model_dir, var_dir)
+    try:
+        await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
+        ours = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    ratio = ours["samples_per_s"] / direct["samples_per_s"]
+    summary = {
+        "prompts": k,
+        "n": n,
+        "max_tokens": MAX_TOKENS,
+        "direct_samples_per_s": direct["samples_per_s"],
+        "switchyard_samples_per_s": ours["samples_per_s"],
+        "samples_per_s_ratio": round(ratio, 3),
+        "target_ratio": 0.9,
+        "reward_stage_samples_per_s": scoring["stage_samples_per_s"],
+        "reward_functions_samples_per_s": scoring["functions_only_samples_per_s"],
+        "target_scoring_samples_per_s": 5000,
+    }
+    return {
+        "scenario": "rollouts",
+        "workload": {
+            "prompts": k,
+            "n": n,
+            "max_tokens": MAX_TOKENS,
+            "min_tokens": MAX_TOKENS,
+            "temperature": 1.0,
+        },
+        "asyncllm_in_process": direct,
+        "switchyard": ours,
+        "reward_scoring": scoring,
+        "summary": summary,
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "direct":
+        result = asyncio.run(direct_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+        print("RESULT " + json.dumps(result), flush=True)
+    elif len(sys.argv) == 2 and sys.argv[1] == "scoring":
+        print(json.dumps(asyncio.run(scoring_throughput(40000)), indent=2))
+    else:
+        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K N | scoring")

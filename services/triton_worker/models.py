@@ -1,0 +1,59 @@
+"""Which weights (and so which tokenizer and context length) a Triton model serves.
+
+The worker renders chat templates and counts prompt tokens itself, as the vLLM worker does, so
+both pools see the same prompt ids. The repository's text models name their weights in the
+`weights` parameter of config.pbtxt; the tokenizer is read from `<models_dir>/<weights>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shared.envelope import ErrorCode, Rejected
+
+
+@dataclass(frozen=True)
+class TextModel:
+    name: str
+    weights: Path
+    tokenizer: Any
+    max_len: int
+
+
+class ModelCatalog:
+    def __init__(self, client: Any, models_dir: Path) -> None:
+        self.client = client
+        self.models_dir = models_dir
+        self._models: dict[str, TextModel] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, name: str) -> TextModel:
+        if name in self._models:
+            return self._models[name]
+        async with self._lock:
+            if name not in self._models:
+                cfg = await self.client.get_model_config(name, as_json=True)
+                params = cfg.get("config", cfg).get("parameters", {})
+                weights = params.get("weights", {}).get("string_value") or name
+                model_dir = params.get("model_dir", {}).get("string_value") or ""
+                path = Path(model_dir) if model_dir else self.models_dir / weights
+                if not (path / "tokenizer_config.json").is_file():
+                    raise Rejected(
+                        ErrorCode.NO_POOL,
+                        f"no tokenizer for Triton model {name!r} at {path} (SY_MODELS_DIR)",
+                        http_status=503,
+                    )
+                self._models[name] = await asyncio.to_thread(self._load, name, path)
+        return self._models[name]
+
+    @staticmethod
+    def _load(name: str, path: Path) -> TextModel:
+        from transformers import AutoTokenizer
+
+        config = json.loads((path / "config.json").read_text())
+        tok = AutoTokenizer.from_pretrained(str(path))
+        return TextModel(name, path, tok, int(config.get("max_position_embeddings", 2048)))

@@ -1,0 +1,1 @@
+"""`switchyard profile`: load a running stack with a named scenario, then report where the time goes."""

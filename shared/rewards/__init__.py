@@ -1,0 +1,33 @@
+"""Reward functions for RL rollouts: the scorers (reward service, benchmarks) and spec checks (gateway, preprocess)."""
+
+from shared.rewards.functions import (
+    RewardFunction,
+    RewardUnavailable,
+    RuleFunction,
+    Sample,
+    Score,
+    Scored,
+    SpecItem,
+    check_spec,
+    default_functions,
+    items_from_proto,
+    score_group,
+    score_keys,
+    triton_url_of,
+)
+
+__all__ = [
+    "RewardFunction",
+    "RewardUnavailable",
+    "RuleFunction",
+    "Sample",
+    "Score",
+    "Scored",
+    "SpecItem",
+    "check_spec",
+    "default_functions",
+    "items_from_proto",
+    "score_group",
+    "score_keys",
+    "triton_url_of",
+]

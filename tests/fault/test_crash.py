@@ -1,0 +1,146 @@
+"""Crash tests: SIGKILL one process at a time under a steady load of async requests.
+
+The whole pipeline runs through the launcher (which restarts what dies, and re-creates the
+embedded broker's topics). Clients submit async requests with their own ids at a steady rate and
+retry a refused or broken POST with the same id (idempotent); then they poll every id. Per phase
+(which process was killed while the request was accepted): accepted, completed, failed with a
+reason, lost (still unanswered at the end: must be 0), duplicates visible to clients (two
+different results for one id: must be 0). The report goes to var/ of the test and the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+KILLS = ["preprocess", "router", "cache", "vllm_worker", "gateway", "broker"]
+AUTH = {"Authorization": "Bearer sk-a"}
+
+
+@pytest.fixture(scope="module")
+def stack(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    p = Pipeline(
+        tmp_path_factory.mktemp("crash"),
+        SY_GATEWAY_RESUBMIT_AFTER_S="20",
+        SY_GATEWAY_RESUBMIT_INTERVAL_S="2",
+        SY_GATEWAY_RESUBMIT_MAX="10",
+        SY_KAFKA_SESSION_TIMEOUT_MS="6000",
+        SY_KAFKA_HEARTBEAT_INTERVAL_MS="1000",
+    )
+    try:
+        p.wait_up()
+        yield p
+    finally:
+        p.stop()
+
+
+def pid_of(stack: Pipeline, name: str) -> int | None:
+    ep = json.loads(stack.endpoints_path.read_text())
+    return ep.get("kafka_pid") if name == "broker" else ep["services"][name]["pid"]
+
+
+async def submit(http: httpx.AsyncClient, url: str, rid: str, i: int) -> int:
+    """POST until accepted; a dead gateway or broker means retry with the same id. Returns tries."""
+    body = {
+        "request_id": rid,
+        "endpoint": "/v1/chat/completions",
+        "body": {
+            "model": "sy-tiny",
+            "messages": [{"role": "user", "content": f"What is {i}+1?"}],
+            "max_tokens": 4,
+            "temperature": 0,
+        },
+    }
+    for attempt in range(1, 400):
+        try:
+            r = await http.post(url + "/v1/requests", json=body, headers=AUTH, timeout=10)
+            if r.status_code in (200, 202):
+                return attempt
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{rid} never accepted")
+
+
+async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) -> None:
+    url = stack.endpoints["services"]["gateway"]["url"]
+    phase_of: dict[str, str] = {}
+    phase = "none"
+    per_phase_s, rate = 10.0, 4.0
+    async with httpx.AsyncClient() as http:
+
+        async def load() -> None:
+            i, t0 = 0, time.monotonic()
+            tasks = []
+            while time.monotonic() - t0 < per_phase_s * (len(KILLS) + 1):
+                rid = f"crash-{i}"
+                phase_of[rid] = phase
+                tasks.append(asyncio.create_task(submit(http, url, rid, i)))
+                i += 1
+                await asyncio.sleep(1 / rate)
+            await asyncio.gather(*tasks)
+
+        async def killer() -> None:
+            nonlocal phase
+            await asyncio.sleep(per_phase_s)
+            for name in KILLS:
+                phase = name
+                pid = pid_of(stack, name)
+                assert pid, name
+                os.kill(pid, signal.SIGKILL)
+                await asyncio.sleep(per_phase_s)
+            phase = "after"
+
+        await asyncio.gather(load(), killer())
+
+        # Every id: poll until answered (completed, or failed with a reason) or the time is up.
+        results: dict[str, dict] = {}
+        deadline = time.monotonic() + 600
+        pending = set(phase_of)
+        while pending and time.monotonic() < deadline:
+            for rid in list(pending):
+                try:
+                    r = await http.get(f"{url}/v1/requests/{rid}", headers=AUTH, timeout=10)
+                except httpx.HTTPError:
+                    continue
+                if r.status_code == 200 and r.json()["status"] != "queued":
+                    results[rid] = r.json()
+                    pending.discard(rid)
+            await asyncio.sleep(2)
+        # Asked again, each answered id gives the same result (no second answer replaced it).
+        dupes = 0
+        for rid, first in list(results.items())[:: max(1, len(results) // 50)]:
+            again = (await http.get(f"{url}/v1/requests/{rid}", headers=AUTH, timeout=10)).json()
+            dupes += again.get("choices") != first.get("choices") or again["status"] != first["status"]
+
+    report: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for rid, ph in phase_of.items():
+        row = report[ph]
+        row["accepted"] += 1
+        res = results.get(rid)
+        if res is None:
+            row["lost"] += 1
+        elif res["status"] == "completed":
+            row["completed"] += 1
+        else:
+            row["failed_with_reason"] += 1
+            assert res.get("error", {}).get("message"), res
+    (stack.var_dir / "crash-report.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    assert sum(r["accepted"] for r in report.values()) == len(phase_of) >= 200
+    assert all(r["lost"] == 0 for r in report.values()), dict(report)
+    assert dupes == 0
+    done = sum(r["completed"] for r in report.values())
+    assert done >= 0.9 * len(phase_of), dict(report)
