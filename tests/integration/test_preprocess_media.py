@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request
 
 from shared.envelope import Envelope, Kind, decode, encode
@@ -70,3 +71,47 @@ async def test_media_requests_through_the_preprocess_service(broker, topics, var
     assert errors["r-nopool"].code == "no_pool" and errors["r-nopool"].http_status == 404
     keys = sorted(i.key for i in await LocalStore(var_dir / "objects").list(""))
     assert keys == sorted(m.uri.removeprefix("s3://switchyard/") for m in out.media)
+
+
+async def test_claim_check_against_s3(tmp_path: Path) -> None:
+    """The same stage on the S3 code path (moto's S3 server): blobs, references, nothing on refusal."""
+    from moto.server import ThreadedMotoServer
+
+    from services.preprocess.media_stage import MediaStage
+    from shared.config import Settings
+    from shared.embedded.procs import free_port
+    from shared.envelope import Rejected
+    from shared.storage import S3Store
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        s = Settings(
+            var_dir=tmp_path,
+            s3_endpoint=f"127.0.0.1:{port}",
+            s3_bucket="sy-media",
+            pools=[{"name": "mm", "engine": "vllm", "models": ["vl-test"], "modalities": ["text", "image"]}],
+        )  # type: ignore[arg-type]
+        store = S3Store(s.s3_endpoint or "", s.s3_bucket, "testing", "testing", region="us-east-1")
+        await store.put("uploads/acme/a.png", mf.encode(mf.picture(90, 60), "PNG"), content_type="image/png")
+        stage = MediaStage(s, store)
+        env = chat(
+            "r1",
+            "vl-test",
+            ContentPart(type="image_url", image_url=ImageUrl(url="s3://sy-media/uploads/acme/a.png")),
+        )
+        found = await stage.analyse(env)
+        stage.check_context(env, found, 5)
+        await stage.commit(env, found)
+        ref = env.media[0]
+        assert ref.uri.startswith("s3://sy-media/media/") and (ref.width, ref.height) == (90, 60)
+        info = await store.stat(ref.uri.removeprefix("s3://sy-media/"))
+        assert info is not None and info.sha256 == ref.sha256 and info.content_type == "image/jpeg"
+        png = mf.encode(mf.picture(50, 50), "PNG")
+        bad = chat("r2", "vl-test", png_part(png), png_part(png[:-30]))
+        with pytest.raises(Rejected):
+            await stage.analyse(bad)
+        assert [i.key for i in await store.list("media/")] == [info.key]
+    finally:
+        server.stop()
