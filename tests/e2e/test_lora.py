@@ -156,7 +156,7 @@ def test_deleting_a_version_evicts_it(published, lora_pipeline, client_a, adapte
     assert cached.is_dir()
     r = httpx.delete(registry(lora_pipeline) + "/v1/adapters/gamma/versions/1", headers=A)
     assert r.status_code == 204, r.text
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a loaded CI machine
     while cached.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not cached.exists(), "worker did not evict the deleted version"

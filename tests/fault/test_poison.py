@@ -103,8 +103,8 @@ async def test_a_thousand_malformed_records_go_to_the_dlq_with_reasons(broker, t
             good = [chat(f"good-{start + j}") for j in range(5)]
             good_ids += [g.request_id for g in good]
             await produce(broker.bootstrap, f"{topics}requests", [encode(g) for g in good])
-        dlq = await collect(broker.bootstrap, f"{topics}dlq", len(bad), timeout_s=120)
-        prepared = await collect(broker.bootstrap, f"{topics}prepared", len(good_ids), timeout_s=60)
+        dlq = await collect(broker.bootstrap, f"{topics}dlq", len(bad), timeout_s=300)
+        prepared = await collect(broker.bootstrap, f"{topics}prepared", len(good_ids), timeout_s=300)
         port = procs["preprocess"].port
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         assert procs["preprocess"].proc.poll() is None  # never crashed
