@@ -55,7 +55,7 @@ def test_registry_no_5xx_and_responses_match_the_spec(case) -> None:  # type: ig
         case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 
 
-# The gateway as a process against the real broker, with no stage behind it: what it can answer
+# The gateway as a process against the real broker (and the registry), with no stage behind it: what it can answer
 # itself (auth, validation, limits, models, async ids) is checked fully; a well-formed inference
 # request reaches its deadline (1 s here) and must end in the documented 504, never another 5xx.
 @pytest.fixture(scope="module")
@@ -77,11 +77,15 @@ def gateway_schema(broker, tmp_path_factory):  # type: ignore[no-untyped-def]
         SY_CACHE_ENABLED="false",
     )
     aio.run(create_topics(settings_from(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix)))
-    with services(["gateway"], env, var_dir) as procs:
-        url = f"http://127.0.0.1:{procs['gateway'].port}"
-        schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
-        schema.gateway_url = url  # type: ignore[attr-defined]
-        yield schema
+    # The registry runs beside it (an adapter-shaped model name is looked up there; with no
+    # registry the documented answer would be 503 registry_unavailable).
+    with services(["registry"], env, var_dir) as reg:
+        env["SY_REGISTRY_URL"] = f"http://127.0.0.1:{reg['registry'].port}"
+        with services(["gateway"], env, var_dir) as procs:
+            url = f"http://127.0.0.1:{procs['gateway'].port}"
+            schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+            schema.gateway_url = url  # type: ignore[attr-defined]
+            yield schema
 
 
 def test_gateway_no_5xx_but_the_deadline_and_responses_match_the_spec(gateway_schema) -> None:  # type: ignore[no-untyped-def]
