@@ -1,7 +1,9 @@
 """Poison and fuzz on the ingest topic: 1,000 generated malformed records beside valid traffic.
 
-Every malformed record must land in sy.dlq with a reason (and its original bytes); the stage stays
-up; every valid record alongside goes on to sy.prepared. Real broker, real preprocess process.
+Every record that is not a readable envelope must land in sy.dlq with a reason (and its original
+bytes); a well-formed envelope with bad media is a client error, answered on sy.responses with the
+reason (the requester is waiting for it); the stage stays up; every valid record alongside goes on
+to sy.prepared. Real broker, real preprocess process.
 """
 
 from __future__ import annotations
@@ -103,15 +105,31 @@ async def test_a_thousand_malformed_records_go_to_the_dlq_with_reasons(broker, t
             good = [chat(f"good-{start + j}") for j in range(5)]
             good_ids += [g.request_id for g in good]
             await produce(broker.bootstrap, f"{topics}requests", [encode(g) for g in good])
-        dlq = await collect(broker.bootstrap, f"{topics}dlq", len(bad), timeout_s=300)
-        prepared = await collect(broker.bootstrap, f"{topics}prepared", len(good_ids), timeout_s=300)
+        media_ids = {decode(v).request_id for k, v, _ in bad if k == "bad_media"}
+        poison = [b for b in bad if b[0] != "bad_media"]
+        dlq = await collect(broker.bootstrap, f"{topics}dlq", len(poison), timeout_s=120)
+        answered = await collect(
+            broker.bootstrap,
+            f"{topics}responses",
+            0,
+            timeout_s=120,
+            until=lambda rs: media_ids <= {decode(r.value).request_id for r in rs},
+        )
+        prepared = await collect(broker.bootstrap, f"{topics}prepared", len(good_ids), timeout_s=120)
         port = procs["preprocess"].port
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
         assert procs["preprocess"].proc.poll() is None  # never crashed
 
     letters = [DeadLetter.FromString(r.value) for r in dlq]
-    assert len(letters) == len(bad)
-    assert Counter(d.original_value for d in letters) == Counter(v for _, v, _ in bad)  # each exactly once
+    assert len(letters) == len(poison)
+    assert Counter(d.original_value for d in letters) == Counter(v for _, v, _ in poison)  # each once
+    replies = [decode(r.value) for r in answered]
+    # A dead letter whose request id could still be read is answered too (its requester waits).
+    replied = {e.request_id: e for e in replies}
+    assert media_ids <= set(replied) and len(replied) == len(replies)
+    assert all(e.error.message and 400 <= e.error.http_status < 500 for e in replies)
+    assert all(replied[i].error.stage == "preprocess" for i in media_ids)
+    assert not any(e.HasField("request") for e in replies)  # the reply carries the reason, not the bytes
     assert all(d.reason and d.error_code and d.stage == "preprocess" for d in letters)
     by_class: dict[str, set[str]] = {}
     original_class = {v: k for k, v, _ in bad}
