@@ -36,7 +36,7 @@ test: $(STAMP) triton-venv
 	$(BIN)/switchyard models build
 	# batch tests run Celery on a real Redis too (the tests start it on a free port)
 	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 test-fast: $(STAMP) triton-venv
 	$(BIN)/python -m pytest -q -ra -m "not slow"

@@ -477,6 +477,11 @@ class Settings(BaseSettings):
         default=None,
         description="Triton gRPC host:port whose all-minilm-l6-v2 embeds cache prompts; unset = in-process",
     )
+    router_park_max_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="Requests without a deadline wait on a down pool silent this long (its topic keeps them); longer = 503 no_pool",
+    )
     router_pending_max: int = Field(
         default=100000, ge=100, description="Routed-but-unanswered requests the router tracks for fail-over"
     )

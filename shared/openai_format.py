@@ -159,7 +159,7 @@ def chat_response(env: Envelope, created: int, e2e_ms: float | None = None) -> d
         "id": f"chatcmpl-{env.request_id}",
         "object": "chat.completion",
         "created": created,
-        "model": env.model,
+        "model": env.adapter or env.model,  # as asked: an adapter answers under its name (as vLLM)
         "choices": [
             {
                 "index": c.index,
@@ -179,7 +179,7 @@ def completion_response(env: Envelope, created: int, e2e_ms: float | None = None
         "id": f"cmpl-{env.request_id}",
         "object": "text_completion",
         "created": created,
-        "model": env.model,
+        "model": env.adapter or env.model,  # as asked: an adapter answers under its name (as vLLM)
         "choices": [
             {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason or "stop"}
             for c in env.response.choices

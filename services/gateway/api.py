@@ -296,7 +296,7 @@ def create_app(backend: Backend) -> FastAPI:
         finish_timings: Callable[[Envelope], float],
         release: Callable[[], None],
     ) -> AsyncIterator[bytes]:
-        rid, kind, model = env.request_id, env.kind, env.model
+        rid, kind, model = env.request_id, env.kind, env.adapter or env.model
 
         def event(obj: dict[str, Any]) -> bytes:
             return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()

@@ -37,7 +37,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     def route(env: Envelope, exclude: frozenset[str] = frozenset(), why: str = "") -> Emit:
         """Decide, record the decision in the envelope (`route` timing), and build the emit."""
         start = time.time_ns()
-        d = choose_pool(env, pools, state, exclude)
+        d = choose_pool(env, pools, state, exclude, park_max_s=settings.router_park_max_s)
         if d.pool is None:
             add_timing(env, "route", start, time.time_ns(), parent="router", reason=d.reason)
             log.info("no pool", reason=d.reason)

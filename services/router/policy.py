@@ -142,8 +142,14 @@ def choose_pool(
     state: PoolState | None = None,
     exclude: frozenset[str] = frozenset(),
     now: float | None = None,
+    park_max_s: float = 600.0,
 ) -> Decision:
-    """The pool for one request, with the reason (recorded in the envelope's `route` timing)."""
+    """The pool for one request, with the reason (recorded in the envelope's `route` timing).
+
+    When every capable pool is down, a request with no deadline (async, batch, rollout) is parked
+    on the pool seen most recently, if within `park_max_s`: its topic keeps it for the restarted
+    worker, so a worker crash costs latency, not the request. One with a deadline fails fast (503).
+    """
     key = affinity_key(env)
     capable, why = capable_pools(env, pools)
     if not capable:
@@ -155,6 +161,16 @@ def choose_pool(
     health = {name: s.health for name, s in snap.items()}
     usable = [p for p in capable if health[p.name] != "down" and p.name not in exclude]
     if not usable:
+        ages = {p.name: state.last_seen_age(p.name, now) for p in capable if p.name not in exclude}
+        recent = [(a, n) for n, a in ages.items() if a is not None and a <= park_max_s]
+        if env.deadline_unix_ms == 0 and recent:
+            age, name = min(recent)
+            best = next(p for p in capable if p.name == name)
+            return Decision(
+                best,
+                key,
+                f"all capable pools down: waits on {name} (silent {age:.1f}s) for a restarted worker",
+            )
         parts = []
         for p in capable:
             age = state.last_seen_age(p.name, now)

@@ -150,7 +150,10 @@ def test_bad_rollout_requests_get_clear_errors(rl) -> None:
 
 def test_rollout_job_survives_a_reward_service_sigkill_without_duplicates(rl) -> None:
     k, n = 16, 4
-    acc = submit(rl, job(k, n, return_tokens=True))
+    body = job(k, n, return_tokens=True)
+    # Copy/reverse may all earn full marks; 3-digit sums (sy-tiny's weak task) make rewards differ.
+    body["prompts"][-1] = {"messages": [{"role": "user", "content": "What is 487+396?"}]}
+    acc = submit(rl, body)
     rid = acc["id"]
     assert acc["num_groups"] == k and acc["group_size"] == n and acc["policy"]["version"] == "pol@1"
     # Kill the reward service as soon as the first groups are out, while the rest are generating.

@@ -99,10 +99,18 @@ def test_staleness_takes_a_pool_out_and_unknown_pools_wait_behind_live_ones() ->
     assert st.health("gpu", now=104.5) == "down" and st.health("edge", now=104.5) == "unknown"
     # only the never-seen pool serves it: it stays eligible (its workers may be starting)
     assert choose_pool(req("sy-tiny-bf16"), POOLS, st, now=104.5).pool is EDGE
-    # every capable pool seen and silent: a clear 503 naming how long
+    # every capable pool seen and silent: a request with a deadline gets a clear 503 naming how long
     st_dead = state_with((100, hb("edge", "e1")))
-    d = choose_pool(req("sy-tiny-bf16"), POOLS, st_dead, now=110)
+    sync = req("sy-tiny-bf16")
+    sync.deadline_unix_ms = 1_900_000_000_000
+    d = choose_pool(sync, POOLS, st_dead, now=110)
     assert d.pool is None and d.http_status == 503 and "edge (no heartbeat for 10.0s)" in d.reason
+    # one without (async, batch, rollout) waits on the pool's topic for a restarted worker...
+    d = choose_pool(req("sy-tiny-bf16"), POOLS, st_dead, now=110)
+    assert d.pool is EDGE and "waits on edge (silent 10.0s)" in d.reason
+    # ...but not on a pool gone longer than park_max_s, nor on one it fails over from
+    assert choose_pool(req("sy-tiny-bf16"), POOLS, st_dead, now=110, park_max_s=5).pool is None
+    assert choose_pool(req("sy-tiny-bf16"), POOLS, st_dead, frozenset({"edge"}), now=110).pool is None
     # a restarted worker brings the pool back
     st_dead.workers.update(hb("edge", "e2"), now=111)
     assert choose_pool(req("sy-tiny-bf16"), POOLS, st_dead, now=111.5).pool is EDGE
