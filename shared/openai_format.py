@@ -154,12 +154,17 @@ def switchyard_info(env: Envelope, e2e_ms: float | None = None) -> dict[str, Any
     return info
 
 
+def reply_model(env: Envelope) -> str:
+    """The name a reply is under: the adapter when one was asked for (as vLLM's server does)."""
+    return env.adapter or env.model
+
+
 def chat_response(env: Envelope, created: int, e2e_ms: float | None = None) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{env.request_id}",
         "object": "chat.completion",
         "created": created,
-        "model": env.adapter or env.model,  # as asked: an adapter answers under its name (as vLLM)
+        "model": reply_model(env),
         "choices": [
             {
                 "index": c.index,
@@ -179,7 +184,7 @@ def completion_response(env: Envelope, created: int, e2e_ms: float | None = None
         "id": f"cmpl-{env.request_id}",
         "object": "text_completion",
         "created": created,
-        "model": env.adapter or env.model,  # as asked: an adapter answers under its name (as vLLM)
+        "model": reply_model(env),
         "choices": [
             {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason or "stop"}
             for c in env.response.choices

@@ -26,7 +26,7 @@ from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
 
 from .batches import batch_router
 from .limits import Slots, TenantLimiter
-from .openai_format import StreamDeduper, chunk, response_body, to_envelope
+from .openai_format import StreamDeduper, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .rollouts import rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
@@ -296,7 +296,7 @@ def create_app(backend: Backend) -> FastAPI:
         finish_timings: Callable[[Envelope], float],
         release: Callable[[], None],
     ) -> AsyncIterator[bytes]:
-        rid, kind, model = env.request_id, env.kind, env.adapter or env.model
+        rid, kind, model = env.request_id, env.kind, reply_model(env)
 
         def event(obj: dict[str, Any]) -> bytes:
             return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()

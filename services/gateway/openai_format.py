@@ -5,6 +5,7 @@ from shared.openai_format import (  # noqa: F401 - re-exported for the gateway's
     chat_response,
     chunk,
     completion_response,
+    reply_model,
     response_body,
     switchyard_info,
     to_envelope,

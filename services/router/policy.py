@@ -161,20 +161,25 @@ def choose_pool(
     health = {name: s.health for name, s in snap.items()}
     usable = [p for p in capable if health[p.name] != "down" and p.name not in exclude]
     if not usable:
-        ages = {p.name: state.last_seen_age(p.name, now) for p in capable if p.name not in exclude}
-        recent = [(a, n) for n, a in ages.items() if a is not None and a <= park_max_s]
-        if env.deadline_unix_ms == 0 and recent:
-            age, name = min(recent)
-            best = next(p for p in capable if p.name == name)
-            return Decision(
-                best,
-                key,
-                f"all capable pools down: waits on {name} (silent {age:.1f}s) for a restarted worker",
-            )
-        parts = []
-        for p in capable:
-            age = state.last_seen_age(p.name, now)
-            parts.append(f"{p.name} (no heartbeat for {age:.1f}s)" if age is not None else p.name)
+        ages = {p.name: state.last_seen_age(p.name, now) for p in capable}
+        if env.deadline_unix_ms == 0:
+            waits = [
+                p
+                for p in capable
+                if p.name not in exclude and (ages[p.name] or 0) <= park_max_s and ages[p.name] is not None
+            ]
+            if waits:
+                best = min(waits, key=lambda p: (ages[p.name], p.name))
+                return Decision(
+                    best,
+                    key,
+                    f"all capable pools down: waits on {best.name} (silent {ages[best.name]:.1f}s)"
+                    " for a restarted worker",
+                )
+        parts = [
+            f"{p.name} (no heartbeat for {ages[p.name]:.1f}s)" if ages[p.name] is not None else p.name
+            for p in capable
+        ]
         return Decision(
             None, key, f"no live pool for model {env.model!r}: down: {', '.join(parts)}", http_status=503
         )
