@@ -17,7 +17,9 @@ from loadtests import (
     pipeline,
     pools,
     profile_overhead,
+    reliability,
     rollouts,
+    soak,
 )
 
 SCENARIOS = {
@@ -31,6 +33,8 @@ SCENARIOS = {
     "rollouts": rollouts.run,
     "batch": batch.run,
     "pools": pools.run,
+    "soak": soak.run,
+    "reliability": reliability.run,  # after soak: its table takes the soak's figures
 }
 
 
@@ -40,13 +44,18 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("var/bench"))
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke run)")
     ap.add_argument("--batch-lines", type=int, default=None, help="lines of the batch scenario's job (2000)")
+    ap.add_argument("--soak-minutes", type=float, default=None, help="length of the soak scenario (30)")
     args = ap.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         ap.error(f"unknown scenarios {unknown}; choose from {sorted(SCENARIOS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.scenarios or list(SCENARIOS):
-        extra = {"lines": args.batch_lines} if name == "batch" else {}
+        extra: dict[str, object] = {}
+        if name == "batch":
+            extra["lines"] = args.batch_lines
+        if name == "soak" and args.soak_minutes:
+            extra["duration_s"] = args.soak_minutes * 60
         result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick, **extra))
         path = args.out / f"{name}.json"
         path.write_text(json.dumps(result, indent=2))

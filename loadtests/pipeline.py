@@ -155,8 +155,14 @@ def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[
 
 
 def start_pipeline(
-    model_dir: Path, var_dir: Path, cache: bool = False, **extra_env: str
+    model_dir: Path,
+    var_dir: Path,
+    cache: bool = False,
+    single_pool: bool = True,
+    ready_timeout_s: float = 300,
+    **extra_env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """`switchyard up` in var_dir; single_pool=False keeps the default pools (vLLM and Triton)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
         SY_VAR_DIR=str(var_dir),
@@ -170,6 +176,8 @@ def start_pipeline(
         SY_POOLS=json.dumps([{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]),
         PYTHONUNBUFFERED="1",
     )
+    if not single_pool:
+        del env["SY_POOLS"]
     env.update(extra_env)
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -181,7 +189,7 @@ def start_pipeline(
         start_new_session=True,
     )
     endpoints = var_dir / "run" / "endpoints.json"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + ready_timeout_s
     while not endpoints.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError((var_dir / "pipeline.log").read_text()[-3000:])

@@ -195,6 +195,11 @@ class Settings(BaseSettings):
     gateway_max_streams_per_tenant: int = Field(
         default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
     )
+    gateway_stream_write_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A streaming client that accepts no data for this long is cut off and its slots freed",
+    )
     gateway_max_in_flight: int = Field(
         default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
     )

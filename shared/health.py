@@ -62,8 +62,17 @@ class Health:
 class HttpServer:
     """uvicorn in the service's own event loop (no extra thread or process)."""
 
-    def __init__(self, app: object, host: str, port: int) -> None:
-        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+    def __init__(self, app: object, host: str, port: int, graceful_s: float | None = None) -> None:
+        # graceful_s bounds the wait for open connections on stop (None: as long as they last).
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=int(graceful_s) + 1 if graceful_s is not None else None,
+        )
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._task: asyncio.Task[None] | None = None

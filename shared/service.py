@@ -1,7 +1,10 @@
 """Process wiring shared by the stage services: settings, logging, tracing, health, signals.
 
-A service's main.py builds its consumers and calls `run_service`; SIGTERM/SIGINT stop the
-consumers (they drain and commit), then the producer and the health server close.
+A service's main.py builds its consumers and calls `run_service`. SIGTERM/SIGINT: readiness
+turns false, the `on_drain` hooks run while everything still works (the gateway waits there for
+the replies its open requests are owed, which its background reply reader delivers), then the
+consumers stop (they drain in-flight records and commit), the background tasks are told to stop,
+and the producer and the HTTP server close. Each step is bounded by SY_DRAIN_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class Service:
     consumers: Sequence[StageConsumer]
     background: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = field(default_factory=list)
     on_stop: Sequence[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Run first on SIGTERM, before consumers and background tasks are told to stop; each is cut
+    # off after SY_DRAIN_TIMEOUT_S.
+    on_drain: Sequence[Callable[[], Awaitable[None]]] = field(default_factory=list)
     app: ASGIApp | None = None  # REST services: served on the same port, beside the health routes
 
 
@@ -52,13 +58,16 @@ def settings_or_exit() -> Settings:
 
 async def serve(name: str, settings: Settings, build: Builder) -> None:
     health = Health(name)
-    stop = asyncio.Event()
+    term = asyncio.Event()  # the signal
+    stop = asyncio.Event()  # what background tasks watch: set once the drain hooks are done
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, term.set)
 
     root = health_app(health)
-    http = HttpServer(root, settings.health_host, settings.health_port_for(name))
+    http = HttpServer(
+        root, settings.health_host, settings.health_port_for(name), graceful_s=settings.drain_timeout_s
+    )
     await http.start()  # liveness answers while the service builds (an engine may take a while)
     producer = Producer(settings, client_id=f"{name}-{settings.instance_id}")
     await producer.start()
@@ -72,7 +81,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 
     tasks = [asyncio.create_task(c.run(), name=f"consume:{c.stage}") for c in svc.consumers]
     tasks += [asyncio.create_task(b(stop), name="background") for b in svc.background]
-    stopper = asyncio.create_task(stop.wait())
+    stopper = asyncio.create_task(term.wait())
     done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
     failed = [t for t in done if t is not stopper and t.exception() is not None]
     for t in failed:
@@ -80,6 +89,12 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 
     log.info("draining")
     health.draining = True
+    t_drain = loop.time()
+    for hook in svc.on_drain:
+        try:
+            await asyncio.wait_for(hook(), timeout=settings.drain_timeout_s)
+        except TimeoutError:
+            log.warning("drain hook timed out", hook=getattr(hook, "__name__", str(hook)))
     stop.set()
     for c in svc.consumers:
         await c.stop()
@@ -89,7 +104,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     await producer.stop()
     await http.stop()
     shutdown_tracing()
-    log.info("stopped")
+    log.info("stopped", drain_s=round(loop.time() - t_drain, 3))
     if failed:
         raise SystemExit(1)
 

@@ -8,12 +8,12 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,7 +22,7 @@ from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
-from shared.telemetry import STAGE_SECONDS, add_timing, get_logger
+from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger
 
 from .batches import batch_router
 from .limits import Slots, TenantLimiter
@@ -30,6 +30,7 @@ from .openai_format import StreamDeduper, chunk, reply_model, response_body, to_
 from .replies import ReplyRouter, ResultStore
 from .rollouts import rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
+from .sse import BoundedStreamingResponse
 
 log = get_logger(__name__)
 
@@ -67,6 +68,14 @@ class Backend:
     # None: no registry (adapters unknown; only base models are served).
     resolve_adapter: Callable[[str, str], Awaitable[Any]] | None = None
     list_adapters: Callable[[str], Awaitable[list[Any]]] | None = None
+    # True once SIGTERM arrived: new requests that wait for replies get 503 + Retry-After.
+    draining: Callable[[], bool] = lambda: False
+    # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
+    # shutdown waits for them before the reply reader stops.
+    in_flight: Slots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.in_flight = Slots(self.settings.gateway_max_in_flight)
 
     @property
     def models(self) -> list[str]:
@@ -135,7 +144,7 @@ def create_app(backend: Backend) -> FastAPI:
 
     limiter = TenantLimiter(dict(s.gateway_rate_limits), s.gateway_rate_burst_s)
     streams = Slots(s.gateway_max_streams_per_tenant)
-    in_flight = Slots(s.gateway_max_in_flight)
+    in_flight = backend.in_flight
 
     def tenant_of(authorization: str | None = Header(default=None)) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
@@ -156,6 +165,7 @@ def create_app(backend: Backend) -> FastAPI:
                 "overloaded",
                 headers={"Retry-After": "1"},
             )
+        IN_FLIGHT.labels("gateway").inc()
 
     def rate_check(tenant: str) -> None:
         wait = limiter.acquire(tenant)
@@ -196,6 +206,8 @@ def create_app(backend: Backend) -> FastAPI:
             env.adapter_ref.CopyFrom(pinned)
 
     def check_ready() -> None:
+        if backend.draining():
+            raise ApiError(503, "gateway is shutting down; retry", "draining", headers={"Retry-After": "1"})
         if not backend.ready():
             raise ApiError(503, "gateway is not ready", "not_ready")
 
@@ -218,6 +230,7 @@ def create_app(backend: Backend) -> FastAPI:
             if not done:
                 done = True
                 in_flight.give("")
+                IN_FLIGHT.labels("gateway").dec()
                 if req.stream:
                     streams.give(tenant)
 
@@ -265,8 +278,9 @@ def create_app(backend: Backend) -> FastAPI:
 
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(
+            return BoundedStreamingResponse(
                 _sse(env, waiter, n, created, deadline_s, include_usage, finish_timings, release),
+                s.gateway_stream_write_timeout_s,
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid, "Cache-Control": "no-cache"},
             )

@@ -140,6 +140,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         ready=reader_ready.is_set,
         resolve_adapter=registry.resolve,
         list_adapters=registry.list_visible,
+        draining=lambda: health.draining,
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
@@ -148,7 +149,21 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     async def read_rewards(stop: asyncio.Event) -> None:
         await follow_rewards(settings, rollouts, stop)
 
-    return Service([], background=[read_replies, resubmit, read_rewards], app=app)
+    async def open_requests_answered() -> None:
+        """SIGTERM: requests held open get their replies (the reply reader still runs) before
+        the reader stops; new ones are refused with 503 meanwhile. Async ones need no wait: they
+        are in the accepted log and any gateway answers them."""
+        if backend.in_flight.used(""):
+            log.info("waiting for open requests", n=backend.in_flight.used(""))
+        while backend.in_flight.used(""):  # noqa: ASYNC110 - a counter the API shares; polled
+            await asyncio.sleep(0.05)
+
+    return Service(
+        [],
+        background=[read_replies, resubmit, read_rewards],
+        app=app,
+        on_drain=[open_requests_answered],
+    )
 
 
 def main() -> None:

@@ -69,12 +69,17 @@ def kill_group(pgid: int, grace_s: float = 0.0) -> None:
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int | None:
-    """SIGTERM the child's process group, SIGKILL it after timeout_s; leave nothing of the group."""
+    """SIGTERM the child, SIGKILL its process group after timeout_s; leave nothing of the group.
+
+    SIGTERM goes to the child alone, as Kubernetes sends it to a container's first process: a
+    service drains with its helpers still up (the vLLM worker finishes generating on its
+    EngineCore, which a group-wide SIGTERM would stop at once) and stops them itself.
+    """
     if proc.poll() is not None:
         kill_group(proc.pid)
         return proc.returncode
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
     except ProcessLookupError:
         return proc.poll()
     try:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -15,11 +16,13 @@ import pytest
 
 from shared.models import tasks
 from tests.helpers.kafka import ROOT
+from tests.helpers.reliability import record
 
 # Module fixtures start the whole pipeline (and build the model when it is not cached yet).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MSG = [{"role": "user", "content": "What is 12+30?"}]
+AUTH_A = {"Authorization": "Bearer sk-a"}
 
 
 @pytest.fixture(scope="module")
@@ -370,3 +373,88 @@ def test_media_parts_are_refused_by_modality_and_long_prompts_before_inference(c
             model="sy-tiny", messages=[{"role": "user", "content": "word " * 3000}]
         )
     assert long.value.body["code"] == "context_length_exceeded" and "text" in long.value.body["message"]
+
+
+def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipeline) -> None:
+    """Last in this module: it stops the pipeline. SIGTERM to `switchyard up` (Ctrl-C; in k8s
+    every pod gets one): the gateway refuses new requests with 503 + Retry-After but keeps reading
+    replies until its open requests are answered; the worker finishes what it is generating; the
+    stack is gone within the drain bound (SY_DRAIN_TIMEOUT_S=5 here)."""
+    serving_again(pipeline)
+    tokens, n = 48, 4
+    first_token = [threading.Event() for _ in range(n)]
+    results: list[dict] = [{} for _ in range(n)]
+
+    def stream(i: int) -> None:
+        body = {
+            "model": "sy-tiny",
+            "messages": [{"role": "user", "content": f"copy: drain{i}xyz"}],
+            "max_tokens": tokens,
+            "min_tokens": tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        text, r = [], results[i]
+        try:
+            with httpx.stream(
+                "POST", pipeline.base_url + "/chat/completions", json=body, headers=AUTH_A, timeout=60
+            ) as resp:
+                r["status"] = resp.status_code
+                for line in resp.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        r["error"] = chunk["error"]
+                    for c in chunk.get("choices", []):
+                        if c["delta"].get("content"):
+                            text.append(c["delta"]["content"])
+                            first_token[i].set()
+                        if c.get("finish_reason"):
+                            r["finish_reason"] = c["finish_reason"]
+                    if chunk.get("usage"):
+                        r["completion_tokens"] = chunk["usage"]["completion_tokens"]
+        except httpx.HTTPError as exc:
+            r["error"] = repr(exc)
+        r["text"] = "".join(text)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    assert all(e.wait(60) for e in first_token), results
+    t0 = time.monotonic()
+    pipeline.proc.send_signal(signal.SIGTERM)
+    refused = None  # a request sent while the gateway drains
+    while refused is None and time.monotonic() - t0 < 5:
+        try:
+            r = httpx.post(
+                pipeline.base_url + "/chat/completions",
+                json={"model": "sy-tiny", "messages": MSG, "max_tokens": 1},
+                headers=AUTH_A,
+                timeout=10,
+            )
+        except httpx.HTTPError:
+            break  # already closed
+        if r.status_code == 503:
+            refused = r
+        time.sleep(0.02)
+    for t in threads:
+        t.join(60)
+    pipeline.proc.wait(timeout=60)
+    exited_s = time.monotonic() - t0
+    for r in results:  # every open request answered in full, none cut off
+        assert r.get("status") == 200 and "error" not in r, results
+        assert r.get("completion_tokens") == tokens and r.get("finish_reason") == "length", results
+    assert refused is not None, "a request during the drain is refused"
+    assert refused.json()["error"]["code"] == "draining" and refused.headers["retry-after"] == "1"
+    # 5 s per service's drain, run side by side, then the broker: well inside the launcher's
+    # SIGKILL fallback (drain + 5 s per process).
+    assert exited_s < 30, exited_s
+    log = pipeline.log_path.read_text(errors="replace")
+    assert "drain timed out" not in log and "drain hook timed out" not in log, log
+    record(
+        "graceful_shutdown",
+        f"{n} streams of {tokens} tokens open at SIGTERM: all answered in full; a new request got "
+        f"503 draining; the stack exited {exited_s:.1f} s after SIGTERM (drain bound 5 s per process)",
+    )

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Pipeline
+from tests.helpers.reliability import record
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -142,6 +143,15 @@ async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) ->
             assert res.get("error", {}).get("message"), res
     (stack.var_dir / "crash-report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
+    record(
+        "crash",
+        "; ".join(
+            f"{ph}: {r['accepted']} accepted, {r['completed']} completed, "
+            f"{r['failed_with_reason']} failed with reason, {r['lost']} lost"
+            for ph, r in report.items()
+        )
+        + f"; duplicates seen by clients: {dupes}",
+    )
     assert sum(r["accepted"] for r in report.values()) == len(phase_of) >= 200
     assert all(r["lost"] == 0 for r in report.values()), dict(report)
     assert dupes == 0

@@ -13,6 +13,7 @@ import httpx
 from shared.config import load_settings
 from shared.kafka_admin import create_topics
 from tests.helpers.kafka import service_env, services
+from tests.helpers.reliability import record
 
 BODY = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -68,3 +69,8 @@ async def test_rate_overload_and_stream_limits(broker, tmp_path: Path) -> None:
         log = procs["gateway"].log_path.read_text()
     for secret in ("sk-rate", "sk-free", "sk-s"):
         assert secret not in log
+    record(
+        "limits",
+        "rate 0.5 rps: 2nd request 429 Retry-After; 2nd stream of a tenant 429 too_many_streams; "
+        "4th waiting request on a 3-slot replica 503 overloaded at once; slots given back; no key logged",
+    )

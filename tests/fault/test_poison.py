@@ -20,6 +20,7 @@ from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.envelope import Envelope, Kind, decode, encode
 from tests.helpers.kafka import collect, produce, service_env, services
+from tests.helpers.reliability import record
 
 PB, JS = b"application/x-protobuf", b"application/json"
 MAX_RECORD = 65536
@@ -138,3 +139,9 @@ async def test_a_thousand_malformed_records_go_to_the_dlq_with_reasons(broker, t
     assert by_class["huge"] == {"record_too_large"}
     assert by_class["bad_json"] == {"invalid_json"}
     assert sorted(decode(r.value).request_id for r in prepared) == sorted(good_ids)
+    record(
+        "poison",
+        f"{len(letters)} dead letters with reasons for {len(poison)} undecodable/invalid records; "
+        f"{len(media_ids)} bad-media requests answered 4xx; {len(prepared)}/{len(good_ids)} valid "
+        "requests passed; preprocess never restarted",
+    )

@@ -1,7 +1,8 @@
 """The cache service as a process: real broker, real embedded Milvus, MiniLM.
 
 A miss goes on to sy.routing; the worker's answer on sy.responses is written back; a paraphrase
-is then answered on sy.responses by the cache itself; a heartbeat reporting new weights for the
+is then answered on sy.responses by the cache itself (never for another tenant, not even the
+exact prompt); a heartbeat reporting new weights for the
 model makes the same request a miss again; per-tenant floors through the API persist.
 """
 
@@ -22,10 +23,10 @@ from tests.helpers.kafka import collect, produce, service_env, services
 TOKEN = "cache-test-token"
 
 
-def chat(rid: str, text: str) -> Envelope:
+def chat(rid: str, text: str, tenant: str = "acme") -> Envelope:
     return Envelope(
         request_id=rid,
-        tenant="acme",
+        tenant=tenant,
         kind=Kind.KIND_CHAT,
         model="sy-tiny",
         request=Request(
@@ -92,6 +93,24 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         assert hit.response.choices[0].text == "Settings > Security > Reset"
         stages = [t.stage for t in hit.timings]
         assert "cache" in stages and {"cache_embed", "cache_search", "cache_verify"} <= set(stages)
+        # 3b. Another tenant asking the same, or a near-duplicate, is never served acme's answer:
+        # both go on to the router as misses.
+        await produce(
+            broker.bootstrap,
+            f"{topics}prepared",
+            [
+                encode(chat("r1", "How do I reset my password?", tenant="rival")),
+                encode(chat("r2", "How can I reset my password?", tenant="rival")),
+            ],
+        )
+        recs = await collect(
+            broker.bootstrap,
+            f"{topics}routing",
+            0,
+            until=lambda rs: {"r1", "r2"} <= {decode(r.value).request_id for r in rs},
+        )
+        rival = [decode(r.value) for r in recs if decode(r.value).request_id in ("r1", "r2")]
+        assert len(rival) == 2 and not any(e.cache.hit for e in rival)
         # 4. The model is rebuilt: its workers report v2, the v1 answer is neither served nor kept.
         await produce(
             broker.bootstrap,
@@ -114,7 +133,7 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         )
         assert not next(decode(r.value) for r in recs if decode(r.value).request_id == "q3").cache.hit
         stats = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
-        assert stats["hits_semantic"] == 1 and stats["hit_rate"]["semantic"] > 0
+        assert stats["hits_semantic"] == 1 and stats["hits_exact"] == 0 and stats["hit_rate"]["semantic"] > 0
         assert stats["lookup_ms"]["p50"] is not None and stats["entries"] == 0
 
         # 5. Per-tenant floor through the API: token required, validated, persisted, reloaded.
