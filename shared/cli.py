@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections import defaultdict
 
 from shared.config import Settings
@@ -124,7 +125,28 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return 2
     key = args.api_key or next(iter(settings.api_keys), "")
     print(f"profile {sc.name}: {sc.mode}, {sc.duration_s:.0f} s against {gateway}")
-    data = asyncio.run(runner.run(sc, gateway, services, key))
+    load = runner.run(sc, gateway, services, key)
+    if args.engine_trace:
+        from shared.profiling import engine_trace
+
+        worker = services.get("vllm_worker")
+        if not worker:
+            load.close()
+            print("--engine-trace needs the vLLM worker of a running `switchyard up`", file=sys.stderr)
+            return 2
+        data, answer = asyncio.run(
+            engine_trace.capture(
+                load,
+                worker,
+                settings.internal_token.get_secret_value(),
+                delay_s=min(2.0, sc.duration_s / 4),
+                window_s=min(args.engine_trace_s, sc.duration_s / 2),
+                prefix=f"sy-{sc.name}-{int(time.time())}",
+            )
+        )
+        data["engine_trace"] = engine_trace.collect(answer, out)
+    else:
+        data = asyncio.run(load)
     if ep.is_file():  # restarts during the run, by cause (SIGKILL: most often the OOM killer)
         data["service_exits"] = {
             n: i.get("exits", {}) for n, i in json.loads(ep.read_text())["services"].items()
@@ -169,6 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     p_prof.add_argument("--url", help="gateway URL (default: the running `switchyard up`)")
     p_prof.add_argument("--api-key", help="default: the first of SY_API_KEYS")
     p_prof.add_argument("--out", default="var/profile", help="where run.json, analysis.json, report.html go")
+    p_prof.add_argument(
+        "--engine-trace",
+        action="store_true",
+        help="capture a torch profiler trace of the vLLM engine during the run (linked in the report)",
+    )
+    p_prof.add_argument("--engine-trace-s", type=float, default=3.0, help="length of that trace window")
     p_prof.add_argument("--report-only", metavar="RUN_JSON", help="only render the report of a recorded run")
     p_prof.set_defaults(func=cmd_profile)
     from shared.batch_cli import add_parser as add_batch_parser  # batch jobs (issue 9)

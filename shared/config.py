@@ -273,6 +273,10 @@ class Settings(BaseSettings):
         default=0.85, gt=0, le=1, description="GPU share for weights + KV"
     )
     vllm_enforce_eager: bool = Field(default=True, description="Skip graph compilation (faster start)")
+    vllm_profiler: bool = Field(
+        default=True,
+        description="Let `switchyard profile --engine-trace` capture torch profiler traces (idle: no cost)",
+    )
     vllm_enable_lora: bool = Field(
         default=True, description="Serve LoRA adapters (rank bound: the pool's max_lora_rank)"
     )
@@ -539,6 +543,10 @@ class Settings(BaseSettings):
     @property
     def adapter_cache_path(self) -> Path:
         return self.adapter_cache_dir or self.var_dir / "adapter-cache"
+
+    @property
+    def engine_trace_dir(self) -> Path:
+        return self.var_dir / "engine-traces"
 
     def model_path(self) -> str:
         return self.vllm_model_path or str(self.model_dir / self.vllm_model)

@@ -88,6 +88,18 @@ def engine_args(settings: Settings) -> Any:
         )
     if on_gpu():
         kw["gpu_memory_utilization"] = settings.vllm_gpu_memory_utilization
+    if settings.vllm_profiler:
+        # vLLM's profiler API: inactive until start_profile(); traces are Chrome/Perfetto JSON
+        # (kernels and CPU-GPU syncs on a GPU, aten ops on CPU). No stacks: they make traces huge.
+        from vllm.config import ProfilerConfig
+
+        kw["profiler_config"] = ProfilerConfig(
+            profiler="torch",
+            torch_profiler_dir=str(settings.engine_trace_dir),
+            torch_profiler_with_stack=False,
+            torch_profiler_record_shapes=False,
+            ignore_frontend=True,  # the engine's steps, not this process's Kafka code
+        )
     kw.update(pool_engine_knobs(settings))
     return AsyncEngineArgs(**kw)
 
@@ -191,6 +203,12 @@ class Engine:
 
     async def loaded_loras(self) -> set[int]:
         return set(await self._llm.list_loras()) if self._llm is not None else set()
+
+    async def start_profile(self, prefix: str) -> None:
+        await self._llm.start_profile(prefix)
+
+    async def stop_profile(self) -> None:
+        await self._llm.stop_profile()
 
     async def abort(self, request_id: str) -> None:
         if self._llm is not None:

@@ -28,6 +28,7 @@ from shared.stage import Emit, envelope_consumer
 from shared.telemetry import get_logger
 from shared.worker import StreamPublisher, assigned_partitions, heartbeat_loop
 
+from .api import profile_api
 from .engine import Engine, lora_rank
 from .lora import LoraManager
 
@@ -166,7 +167,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             )
 
         background.append(adapter_events)
-    return Service([consumer], background=background, on_stop=[shutdown])
+    return Service([consumer], background=background, on_stop=[shutdown], app=profile_api(settings, engine))
 
 
 def main() -> None:

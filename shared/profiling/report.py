@@ -123,6 +123,7 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
         "cache_hit_rate": round(len(hits) / len(ok), 4) if ok else 0.0,
         "adapter_loads": sum(1 for r in ok if "adapter_load" in _stages(r)[1]),
         "pools": dict(pools),
+        "engine_trace": run.get("engine_trace"),
     }
 
 
@@ -250,6 +251,19 @@ def render(run: dict[str, Any], a: dict[str, Any]) -> str:
         for k in PLOTS
     )
     dom = a["dominant_stage"]
+    trace = a.get("engine_trace")
+    trace_html = ""
+    if trace:
+        links = " ".join(f'<a href="{html.escape(u)}">{html.escape(u)}</a>' for u in trace.get("links", []))
+        ops = "".join(
+            f"<tr><td>{html.escape(t['category'])}</td><td style='text-align:left'>{html.escape(t['name'])}"
+            f"</td><td>{t['self_ms']}</td><td>{t['total_ms']}</td><td>{t['calls']}</td></tr>"
+            for t in trace.get("top", [])
+        )
+        trace_html = f"""<h2 id="engine-trace">Engine trace ({trace.get("window_s")} s window)</h2>
+<p>torch profiler trace of the vLLM engine (open in https://ui.perfetto.dev): {links}.
+CPU-GPU syncs: {trace["cpu_gpu_sync"]["calls"] if "cpu_gpu_sync" in trace else 0}.</p>
+<table><tr><th>category</th><th>name</th><th>self ms</th><th>total ms</th><th>calls</th></tr>{ops}</table>"""
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Switchyard profile: {html.escape(a["scenario"])}</title>
 <style>body{{font-family:sans-serif;max-width:1000px;margin:auto}}td,th{{padding:2px 8px;text-align:right}}
 figure{{display:inline-block;margin:8px}}</style></head><body>
@@ -264,6 +278,7 @@ cache hit rate {a["cache_hit_rate"]:.1%}; adapter loads {a["adapter_loads"]}; en
 (SIGKILL, most often the OOM killer: {a["oom_kills_suspected"]}).</p>
 <table><tr><th>stage</th><th>p50 ms</th><th>p99 ms</th><th>mean ms</th></tr>{rows}</table>
 {figs}
+{trace_html}
 <h2>Figures (JSON)</h2><pre>{html.escape(json.dumps(a, indent=2))}</pre></body></html>"""
 
 

@@ -328,7 +328,10 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
             "--scenario",
             "smoke",
             "--duration",
-            "5",
+            "6",
+            "--engine-trace",
+            "--engine-trace-s",
+            "2",
             "--out",
             str(out),
         ],
@@ -357,6 +360,11 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
     run = json.loads((out / "run.json").read_text())
     lag = [s for s in run["samples"] if any(k.startswith("sy_consumer_lag") for k in s.get("series", {}))]
     assert lag, "consumer lag sampled from the services' /metrics"
+    # The vLLM engine's own torch profiler trace of a window of the run, linked and summarised.
+    trace = a["engine_trace"]
+    assert trace["events"] > 0 and trace["top"] and not trace["gpu"], trace
+    assert any(t["category"] == "cpu_op" for t in trace["top"])
+    assert all((out / link).is_file() for link in trace["links"]) and 'id="engine-trace"' in page
 
 
 def test_media_parts_are_refused_by_modality_and_long_prompts_before_inference(client: openai.OpenAI) -> None:

@@ -119,3 +119,63 @@ def test_scenarios_validate() -> None:
         Scenario(name="x", max_tokens=(10, 5))
     with pytest.raises(ValidationError):
         Scenario(name="x", adapter_mix={})
+
+
+def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -> None:
+    """A torch-profiler Chrome trace as a GPU run writes it: nested CPU ops, kernels, a sync."""
+    import gzip
+    import json
+
+    from shared.profiling import engine_trace
+
+    ev = [
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "name": "PyTorch Profiler (0)",
+            "ts": 0,
+            "dur": 10_000,
+            "pid": 1,
+            "tid": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "execute_model",
+            "ts": 0,
+            "dur": 9_000,
+            "pid": 1,
+            "tid": 1,
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 100, "dur": 3_000, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 200, "dur": 2_500, "pid": 1, "tid": 1},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaStreamSynchronize",
+            "ts": 4_000,
+            "dur": 1_500,
+            "pid": 1,
+            "tid": 1,
+        },
+        {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "ts": 300, "dur": 2_000, "pid": 0, "tid": 7},
+        {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 5, "pid": 1, "tid": 1},
+    ]
+    path = tmp_path / "w_rank0.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
+    s = engine_trace.summarise([path])
+    top = {t["name"]: t for t in s["top"]}
+    assert top["aten::linear"]["self_ms"] == 0.5 and top["aten::linear"]["total_ms"] == 3.0  # less addmm
+    assert top["aten::addmm"]["self_ms"] == 2.5 and top["sm90_gemm"]["self_ms"] == 2.0
+    assert s["top"][0]["name"] == "aten::addmm" and "execute_model" not in top  # annotations: no self time
+    assert s["cpu_gpu_sync"] == {"calls": 1, "ms": 1.5} and s["gpu"] is True
+    assert "Trace" not in s["by_category_ms"] and s["by_category_ms"]["user_annotation"] == 9.0
+    # The report links the trace and shows the table.
+    answer = {"files": [str(path)], "seconds": 2.0}
+    out = tmp_path / "out"
+    run = recorded_run()
+    run["engine_trace"] = engine_trace.collect(answer, out)
+    page, a = report.write(run, out)
+    html = page.read_text()
+    assert 'id="engine-trace"' in html and f'href="engine-trace/{path.name}"' in html
+    assert (out / "engine-trace" / path.name).is_file() and a["engine_trace"]["top"]
