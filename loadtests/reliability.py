@@ -122,6 +122,12 @@ def soak_row(out: Path) -> dict[str, str] | None:
         return None
     s = json.loads(path.read_text())["summary"]
     worst = s["worst_rss_slope"]
+    early = s.get("rss_slope_after_warmup_mib_per_h", {})
+    steep = max(early.items(), key=lambda kv: kv[1] or 0, default=("-", None))
+    stores = ", ".join(
+        f"{n} +{g['grew_mib']} MiB ({g['kib_per_request']} KiB/request)"
+        for n, g in s.get("stores_data_growth", {}).items()
+    )
     return {
         "scenario": "soak",
         "load": f"{s['rate_rps']:g} requests/s for {s['duration_s'] / 60:.0f} min, whole stack (cache on)",
@@ -129,8 +135,9 @@ def soak_row(out: Path) -> dict[str, str] | None:
         "result": (
             f"{'pass' if s['passed'] else 'FAIL'}: {s['completed']}/{s['requests']} answered, "
             f"{s['errors']} errors, restarts {s['restarts'] or 'none'}; e2e p50 {s['e2e_p50_ms']} ms, "
-            f"p99 {s['e2e_p99_ms']} ms; steepest RSS slope {worst['mib_per_h']} MiB/h ({worst['process']}, "
-            f"bound {s['max_slope_mib_per_h']:g})"
+            f"p99 {s['e2e_p99_ms']} ms; RSS slope in the last third ≤ {worst['mib_per_h']} MiB/h "
+            f"({worst['process']}; bound {s['max_slope_mib_per_h']:g}), after warm-up up to {steep[1]} MiB/h "
+            f"({steep[0]}, fading); data kept by stores: {stores}"
         ),
     }
 
