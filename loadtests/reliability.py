@@ -44,7 +44,7 @@ SUITE: list[tuple[str, str, str, str]] = [
     (
         E2E + "test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound",
         "graceful shutdown",
-        "4 open 48-token streams + new requests",
+        "4 open 128-token streams + new requests",
         "SIGTERM to `switchyard up`",
     ),
     (

@@ -8,6 +8,7 @@ compose/k8s probes use the same endpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -74,7 +75,10 @@ class HttpServer:
             timeout_graceful_shutdown=int(graceful_s) + 1 if graceful_s is not None else None,
         )
         self._server = uvicorn.Server(config)
+        # Signals belong to the service (shared.service): it drains first, then stops this server.
+        # uvicorn would otherwise catch SIGTERM itself and close the listening socket at once.
         self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

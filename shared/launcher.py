@@ -4,7 +4,8 @@ Each embedded part starts only when its production variable is unset (SY_KAFKA_B
 for the broker). Children get their own process group and die with the launcher (PDEATHSIG);
 a crashed service is restarted with backoff; a crashed embedded broker is restarted and its
 topics re-created (its memory storage starts empty). Ctrl-C/SIGTERM stops services first
-(they drain and commit), then the broker.
+(the gateway and batch first, which answer what they hold open while the stages still run; then
+the stages, which drain and commit), then the broker.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def available_services() -> list[str]:
 
 def endpoints_file(settings: Settings) -> Path:
     return settings.var_dir / "run" / "endpoints.json"
+
+
+# Services that take requests in from outside; stopped (drained) before the stages behind them.
+INGRESS = ("gateway", "batch")
 
 
 @dataclass
@@ -328,14 +333,20 @@ class Launcher:
     async def stop(self) -> None:
         self._stopping.set()
         loop = asyncio.get_running_loop()
-        # Stop in reverse start order so upstream stages stop feeding downstream ones last.
-        procs = [c for c in reversed(self.children) if c.proc is not None]
-        await asyncio.gather(
-            *(
-                loop.run_in_executor(self._stop_pool, stop_process, c.proc, self.s.drain_timeout_s + 5)
-                for c in procs
+        # The entry points first: the gateway drains (answers the requests it holds open, refuses
+        # new ones) while every stage behind it still runs; then the stages together, each
+        # finishing its in-flight records. What stays in a topic waits for the next start.
+        live = [c for c in self.children if c.proc is not None]
+        for wave in (
+            [c for c in live if c.name in INGRESS],
+            [c for c in live if c.name not in INGRESS],
+        ):
+            await asyncio.gather(
+                *(
+                    loop.run_in_executor(self._stop_pool, stop_process, c.proc, self.s.drain_timeout_s + 5)
+                    for c in wave
+                )
             )
-        )
         for c in self.children:
             if c.pump is not None:
                 await asyncio.gather(c.pump, return_exceptions=True)

@@ -389,7 +389,7 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
     replies until its open requests are answered; the worker finishes what it is generating; the
     stack is gone within the drain bound (SY_DRAIN_TIMEOUT_S=5 here)."""
     serving_again(pipeline)
-    tokens, n = 48, 4
+    tokens, n = 128, 4  # ~2 s of generation left at SIGTERM on 2 cores, inside the 5 s drain
     first_token = [threading.Event() for _ in range(n)]
     results: list[dict] = [{} for _ in range(n)]
 
@@ -425,7 +425,7 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
                         r["completion_tokens"] = chunk["usage"]["completion_tokens"]
         except httpx.HTTPError as exc:
             r["error"] = repr(exc)
-        r["text"] = "".join(text)
+        r["text"], r["ended"] = "".join(text), time.monotonic()
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(n)]
     for t in threads:
@@ -454,6 +454,8 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
     for r in results:  # every open request answered in full, none cut off
         assert r.get("status") == 200 and "error" not in r, results
         assert r.get("completion_tokens") == tokens and r.get("finish_reason") == "length", results
+    # The streams were still generating at SIGTERM: what was drained was real work.
+    assert all(r["ended"] > t0 + 0.2 for r in results), [r["ended"] - t0 for r in results]
     assert refused is not None, "a request during the drain is refused"
     assert refused.json()["error"]["code"] == "draining" and refused.headers["retry-after"] == "1"
     # 5 s per service's drain, run side by side, then the broker: well inside the launcher's
