@@ -126,7 +126,11 @@ def collect(answer: dict[str, Any], out: Path) -> dict[str, Any]:
         if src.is_file():
             shutil.copy2(src, dest / src.name)
             copied.append(dest / src.name)
-    summary = summarise(copied) if copied else {"files": [], "events": 0, "top": []}
+    traces = [p for p in copied if p.name.endswith((".json", ".json.gz"))]  # beside: vLLM's text table
+    try:
+        summary = summarise(traces) if traces else {"files": [], "events": 0, "top": []}
+    except (OSError, ValueError) as exc:  # an unreadable trace must not cost the run's report
+        summary = {"files": [p.name for p in traces], "events": 0, "top": [], "error": repr(exc)[:300]}
     summary["window_s"] = answer.get("seconds")
     summary["links"] = [f"engine-trace/{p.name}" for p in copied]
     return summary

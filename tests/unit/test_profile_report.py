@@ -171,7 +171,9 @@ def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -
     assert s["cpu_gpu_sync"] == {"calls": 1, "ms": 1.5} and s["gpu"] is True
     assert "Trace" not in s["by_category_ms"] and s["by_category_ms"]["user_annotation"] == 9.0
     # The report links the trace and shows the table.
-    answer = {"files": [str(path)], "seconds": 2.0}
+    table = tmp_path / "w_rank0.profiler_out.txt"  # vLLM writes its operator table beside the trace
+    table.write_text("Name  Self CPU %\n")
+    answer = {"files": [str(path), str(table)], "seconds": 2.0}
     out = tmp_path / "out"
     run = recorded_run()
     run["engine_trace"] = engine_trace.collect(answer, out)
@@ -179,3 +181,4 @@ def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -
     html = page.read_text()
     assert 'id="engine-trace"' in html and f'href="engine-trace/{path.name}"' in html
     assert (out / "engine-trace" / path.name).is_file() and a["engine_trace"]["top"]
+    assert a["engine_trace"]["files"] == [path.name] and f'href="engine-trace/{table.name}"' in html
