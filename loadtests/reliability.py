@@ -84,6 +84,12 @@ SUITE: list[tuple[str, str, str, str]] = [
         "tenant B sends the same prompt and a near-duplicate",
     ),
     (
+        "tests/e2e/test_batches.py::test_files_and_batches_with_bad_lines",
+        "tenant isolation: files and batches",
+        "a batch job of tenant A (input, output, error files)",
+        "tenant B gets, lists, reads and cancels them",
+    ),
+    (
         "tests/e2e/test_lora.py::test_tenant_isolation_for_list_get_use_delete",
         "tenant isolation: adapters",
         "a private adapter of tenant A",
