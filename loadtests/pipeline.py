@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
     ]
 
 
-async def one(client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dict[str, Any]:
+async def one(
+    client: openai.AsyncOpenAI, messages: list[dict[str, str]], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     ttft = None
     tokens = 0
@@ -57,6 +60,7 @@ async def one(client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dic
         stream=True,
         stream_options={"include_usage": True},
         extra_body={"min_tokens": MAX_TOKENS},
+        extra_headers=headers,
     )
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content and ttft is None:
@@ -67,16 +71,24 @@ async def one(client: openai.AsyncOpenAI, messages: list[dict[str, str]]) -> dic
     return {"ttft_s": ttft, "tokens": tokens, "seconds": time.perf_counter() - t0, "switchyard": info}
 
 
-async def workload(base_url: str, api_key: str, concurrency: int, n: int) -> dict[str, Any]:
+async def workload(
+    base_url: str,
+    api_key: str,
+    concurrency: int,
+    n: int,
+    headers: Callable[[], dict[str, str]] | None = None,
+    warm_up: bool = True,
+) -> dict[str, Any]:
+    """n streaming requests, `concurrency` at a time; `headers` makes each request's extra headers."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=300)
     ps = prompts(n)
-    for p in ps[:2]:  # warm-up, not measured
+    for p in ps[:2] if warm_up else []:  # warm-up, not measured
         await one(client, p)
     sem = asyncio.Semaphore(concurrency)
 
     async def guarded(p: list[dict[str, str]]) -> dict[str, Any]:
         async with sem:
-            return await one(client, p)
+            return await one(client, p, headers() if headers else None)
 
     t0 = time.perf_counter()
     results = await asyncio.gather(*(guarded(p) for p in ps))

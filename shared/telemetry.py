@@ -204,6 +204,25 @@ def extract_context(headers: Sequence[tuple[str, bytes]] | None) -> otel_context
     return propagate.extract(list(headers or []), getter=_HeaderGetter())
 
 
+@contextmanager
+def request_span(name: str, http_headers: Any, start_ns: int, **attributes: str) -> Iterator[trace.Span]:
+    """The root of a request's trace, at the edge that accepted it.
+
+    Continues the caller's trace when the HTTP request carries a W3C `traceparent`, and keeps its
+    sampled flag (the sampler is parent-based): a client that traces its own calls sees ours
+    beneath them, and one that sends `-00` turns tracing off for that request end to end.
+    """
+    parent = propagate.extract(http_headers)
+    with tracer().start_as_current_span(
+        name,
+        context=parent,
+        kind=trace.SpanKind.SERVER,
+        start_time=start_ns,
+        attributes={f"switchyard.{k}": v for k, v in attributes.items()},
+    ) as span:
+        yield span
+
+
 def current_trace_id() -> str:
     ctx = trace.get_current_span().get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else ""

@@ -9,7 +9,6 @@ outside the launcher) or with SY_CACHE_ENABLED=false the stage is a pass-through
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 
 from pydantic import BaseModel, Field, ValidationError
@@ -19,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
+from shared.auth import is_internal
 from shared.bus import Producer, follow
 from shared.config import Settings
 from shared.envelope import Envelope
@@ -201,8 +201,7 @@ def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStor
     GET/PUT/DELETE /v1/cache/tenants/{tenant} (similarity floor). Changes need the internal token."""
 
     def authorised(req: Request) -> bool:
-        token = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        return hmac.compare_digest(token, settings.internal_token.get_secret_value())
+        return is_internal(settings, req.headers.get("authorization"))
 
     async def stats(req: Request) -> Response:
         cache = state.get("c")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import math
 import time
@@ -19,10 +18,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
+from shared.auth import bearer, tenant_for_key
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
-from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger
+from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
 from .batches import batch_router
 from .limits import Slots, TenantLimiter
@@ -145,15 +145,16 @@ def create_app(backend: Backend) -> FastAPI:
     limiter = TenantLimiter(dict(s.gateway_rate_limits), s.gateway_rate_burst_s)
     streams = Slots(s.gateway_max_streams_per_tenant)
     in_flight = backend.in_flight
+    IN_FLIGHT.labels("gateway").set_function(lambda: in_flight.used(""))
 
     def tenant_of(authorization: str | None = Header(default=None)) -> str:
-        if not authorization or not authorization.lower().startswith("bearer "):
+        key = bearer(authorization)
+        if key is None:
             raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
-        key = authorization[7:].strip()
-        for known, tenant in s.api_keys.items():
-            if hmac.compare_digest(known.encode(), key.encode()):
-                return tenant
-        raise ApiError(401, "invalid API key", "invalid_api_key")
+        tenant = tenant_for_key(s.api_keys, key)
+        if tenant is None:
+            raise ApiError(401, "invalid API key", "invalid_api_key")
+        return tenant
 
     def admit(tenant: str) -> None:
         """Per-tenant rate (429 + Retry-After), then this replica's bound on waiting requests (503)."""
@@ -165,7 +166,6 @@ def create_app(backend: Backend) -> FastAPI:
                 "overloaded",
                 headers={"Retry-After": "1"},
             )
-        IN_FLIGHT.labels("gateway").inc()
 
     def rate_check(tenant: str) -> None:
         wait = limiter.acquire(tenant)
@@ -211,7 +211,7 @@ def create_app(backend: Backend) -> FastAPI:
         if not backend.ready():
             raise ApiError(503, "gateway is not ready", "not_ready")
 
-    async def run(req: ChatCompletionRequest | CompletionRequest, tenant: str) -> Any:
+    async def run(req: ChatCompletionRequest | CompletionRequest, tenant: str, request: Request) -> Any:
         t0 = time.time_ns()
         check_ready()
         if req.stream and streams.used(tenant) >= streams.limit:
@@ -230,20 +230,23 @@ def create_app(backend: Backend) -> FastAPI:
             if not done:
                 done = True
                 in_flight.give("")
-                IN_FLIGHT.labels("gateway").dec()
                 if req.stream:
                     streams.give(tenant)
 
         if req.stream:
             streams.take(tenant)
         try:
-            return await _run(req, tenant, t0, release)
+            return await _run(req, tenant, t0, release, request)
         except BaseException:
             release()
             raise
 
     async def _run(
-        req: ChatCompletionRequest | CompletionRequest, tenant: str, t0: int, release: Callable[[], None]
+        req: ChatCompletionRequest | CompletionRequest,
+        tenant: str,
+        t0: int,
+        release: Callable[[], None],
+        request: Request,
     ) -> Any:
         """Admitted: the slots are held until the reply is sent or the stream ends (`release`)."""
         rid = new_request_id()
@@ -255,7 +258,8 @@ def create_app(backend: Backend) -> FastAPI:
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
         try:
-            await backend.submit(env)
+            with request_span("gateway", request.headers, t0, request_id=rid, tenant=tenant):
+                await backend.submit(env)
         except Exception:
             backend.replies.release(rid)
             raise
@@ -376,14 +380,16 @@ def create_app(backend: Backend) -> FastAPI:
             release()
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest, tenant: str = Depends(tenant_of)) -> Any:
+    async def chat_completions(
+        req: ChatCompletionRequest, request: Request, tenant: str = Depends(tenant_of)
+    ) -> Any:
         """Create a chat completion (OpenAI-compatible; `stream: true` for SSE)."""
-        return await run(req, tenant)
+        return await run(req, tenant, request)
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, tenant: str = Depends(tenant_of)) -> Any:
+    async def completions(req: CompletionRequest, request: Request, tenant: str = Depends(tenant_of)) -> Any:
         """Create a text completion (OpenAI-compatible)."""
-        return await run(req, tenant)
+        return await run(req, tenant, request)
 
     @app.get("/v1/models")
     async def models(tenant: str = Depends(tenant_of)) -> dict[str, Any]:
@@ -415,6 +421,7 @@ def create_app(backend: Backend) -> FastAPI:
     @app.post("/v1/requests", status_code=202)
     async def submit_async(
         body: AsyncRequest,
+        request: Request,
         tenant: str = Depends(tenant_of),
         idempotency_key: str | None = Header(default=None),
     ) -> JSONResponse:
@@ -432,14 +439,14 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(
                 400, "stream is not available for async requests", "invalid_request", "body.stream"
             )
-        await check_model(req.model, tenant)
         key = body.request_id or idempotency_key
         env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
         await check_model(req.model, tenant, env)
         rid, new = backend.store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
         if new:
             try:
-                await backend.submit(env)
+                with request_span("gateway", request.headers, time.time_ns(), request_id=rid, tenant=tenant):
+                    await backend.submit(env)
             except Exception:
                 backend.store.forget(rid)
                 raise

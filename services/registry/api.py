@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
@@ -16,6 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.auth import bearer, is_internal, tenant_for_key
 from shared.config import Settings
 from shared.openai_errors import error_response as openai_error
 from shared.registry_client import Adapter, Manifest
@@ -94,7 +94,6 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         version="0.1.0",
         description="LoRA adapters: upload, versions, aliases, tenant visibility",
     )
-    internal = settings.internal_token.get_secret_value().encode()
 
     @app.exception_handler(RegistryError)
     async def _refused(_: Request, exc: RegistryError) -> JSONResponse:
@@ -122,19 +121,19 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         x_switchyard_tenant: str | None = Header(default=None),
     ) -> str:
         """An API key's tenant, or the internal token acting for X-Switchyard-Tenant."""
-        if not authorization or not authorization.lower().startswith("bearer "):
+        key = bearer(authorization)
+        if key is None:
             raise RegistryError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
-        key = authorization[7:].strip().encode()
-        if hmac.compare_digest(internal, key):
+        if is_internal(settings, authorization):
             if not x_switchyard_tenant or not TENANT_RE.fullmatch(x_switchyard_tenant):
                 raise RegistryError(
                     401, "the internal token needs a valid X-Switchyard-Tenant header", "invalid_api_key"
                 )
             return x_switchyard_tenant
-        for known, tenant in settings.api_keys.items():
-            if hmac.compare_digest(known.encode(), key):
-                return tenant
-        raise RegistryError(401, "invalid API key", "invalid_api_key")
+        tenant = tenant_for_key(settings.api_keys, key)
+        if tenant is None:
+            raise RegistryError(401, "invalid API key", "invalid_api_key")
+        return tenant
 
     @app.post("/v1/adapters", status_code=201, response_model=Manifest)
     async def upload(request: Request, tenant: str = Depends(tenant_of)) -> Manifest:

@@ -7,7 +7,6 @@ a trace slows the engine and holds the data of every request in the window.
 
 from __future__ import annotations
 
-import hmac
 import re
 import time
 from typing import Protocol
@@ -17,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from shared.auth import is_internal
 from shared.config import Settings
 from shared.telemetry import get_logger
 
@@ -38,8 +38,7 @@ def profile_api(settings: Settings, engine: Profilable) -> Starlette:
     session: dict[str, float | str] = {}
 
     def authorised(req: Request) -> bool:
-        token = req.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        return hmac.compare_digest(token.encode(), settings.internal_token.get_secret_value().encode())
+        return is_internal(settings, req.headers.get("authorization"))
 
     async def start(req: Request) -> Response:
         if not authorised(req):

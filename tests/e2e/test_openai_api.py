@@ -142,6 +142,49 @@ def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
     assert all(abs(g) <= 50.0 for g in gaps), (gaps, info)
 
 
+def _spans_of(pipeline, trace_id: str, want: set[str], timeout_s: float = 10) -> list[dict]:
+    path = pipeline.var_dir / "run" / "spans.jsonl"
+    deadline = time.monotonic() + timeout_s
+    spans: list[dict] = []
+    while time.monotonic() < deadline:
+        spans = [s for s in map(json.loads, path.read_text().splitlines()) if s["trace_id"] == trace_id]
+        if want <= {s["name"] for s in spans}:
+            break
+        time.sleep(0.2)
+    return spans
+
+
+def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> None:
+    trace_id, client_span = os.urandom(16).hex(), os.urandom(8).hex()
+    body = {"model": "sy-tiny", "messages": MSG, "max_tokens": 4, "temperature": 0}
+    r = httpx.post(
+        pipeline.base_url + "/chat/completions",
+        json=body,
+        headers={**AUTH_A, "traceparent": f"00-{trace_id}-{client_span}-01"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    stages = {"gateway", "preprocess", "cache", "router", "vllm_worker"}
+    spans = _spans_of(pipeline, trace_id, stages)
+    by_name = {s["name"]: s for s in spans}
+    assert stages <= set(by_name), sorted(by_name)
+    # The gateway's span hangs under the client's; the first stage's under the gateway's.
+    assert by_name["gateway"]["parent_span_id"] == client_span
+    assert by_name["preprocess"]["parent_span_id"] == by_name["gateway"]["span_id"]
+
+    # `-00`: the client says "not sampled", so no stage records this request.
+    quiet = os.urandom(16).hex()
+    r = httpx.post(
+        pipeline.base_url + "/chat/completions",
+        json=body,
+        headers={**AUTH_A, "traceparent": f"00-{quiet}-{client_span}-00"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    time.sleep(1.0)  # span export is batched every 200 ms
+    assert _spans_of(pipeline, quiet, set(), timeout_s=0) == []
+
+
 def test_async_api_with_idempotent_retry_and_tenant_isolation(pipeline) -> None:
     url = pipeline.base_url
     a, b = {"Authorization": "Bearer sk-a"}, {"Authorization": "Bearer sk-b"}

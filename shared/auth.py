@@ -1,0 +1,36 @@
+"""Bearer tokens: tenants' API keys and the internal token services use with each other.
+
+Compared in constant time (hmac.compare_digest) so a key can't be guessed byte by byte from
+response timings. One place, so every service checks them the same way.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+from shared.config import Settings
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None when there is none."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    return authorization[7:].strip()
+
+
+def tenant_for_key(api_keys: Mapping[str, str], key: str) -> str | None:
+    """The tenant an API key belongs to; None for an unknown key."""
+    found = None
+    for known, tenant in api_keys.items():
+        if hmac.compare_digest(known.encode(), key.encode()):
+            found = tenant
+    return found
+
+
+def is_internal(settings: Settings, authorization: str | None) -> bool:
+    """True when the header carries the internal token (SY_INTERNAL_TOKEN)."""
+    token = bearer(authorization)
+    return token is not None and hmac.compare_digest(
+        token.encode(), settings.internal_token.get_secret_value().encode()
+    )
