@@ -277,6 +277,12 @@ class Settings(BaseSettings):
         default=True,
         description="Let `switchyard profile --engine-trace` capture torch profiler traces (idle: no cost)",
     )
+    vllm_profiler_max_iterations: int = Field(
+        default=500,
+        ge=0,
+        description="Engine steps an engine trace records at most, then stops by itself (0: the whole window). "
+        "Bounds the trace's size and the time the engine spends writing it",
+    )
     vllm_enable_lora: bool = Field(
         default=True, description="Serve LoRA adapters (rank bound: the pool's max_lora_rank)"
     )

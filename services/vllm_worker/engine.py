@@ -99,6 +99,7 @@ def engine_args(settings: Settings) -> Any:
             torch_profiler_with_stack=False,
             torch_profiler_record_shapes=False,
             ignore_frontend=True,  # the engine's steps, not this process's Kafka code
+            max_iterations=settings.vllm_profiler_max_iterations,
         )
     kw.update(pool_engine_knobs(settings))
     return AsyncEngineArgs(**kw)
