@@ -191,6 +191,8 @@ def start_pipeline(
     if not single_pool:
         del env["SY_POOLS"]
     env.update(extra_env)
+    endpoints = var_dir / "run" / "endpoints.json"
+    endpoints.unlink(missing_ok=True)  # a killed earlier run's file names a dead stack
     log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "up"],
@@ -200,7 +202,6 @@ def start_pipeline(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    endpoints = var_dir / "run" / "endpoints.json"
     deadline = time.monotonic() + ready_timeout_s
     while not endpoints.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -226,6 +226,8 @@ def start_stack(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes]
     (var_dir).mkdir(parents=True, exist_ok=True)
     if venv.exists() and not (var_dir / "triton-venv").exists():
         (var_dir / "triton-venv").symlink_to(venv)
+    endpoints = var_dir / "run" / "endpoints.json"
+    endpoints.unlink(missing_ok=True)  # a killed earlier run's file names a dead stack
     log = open(var_dir / "pools.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "up"],
@@ -235,7 +237,6 @@ def start_stack(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes]
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    endpoints = var_dir / "run" / "endpoints.json"
     deadline = time.monotonic() + 420
     while not endpoints.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

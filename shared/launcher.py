@@ -372,6 +372,9 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_requested.set)
     rc = 0
+    # A launcher that was killed left its endpoints behind: whoever waits for this file must not
+    # find the dead stack's addresses.
+    endpoints_file(settings).unlink(missing_ok=True)
     try:
         await launcher.start_broker()
         await launcher.start_milvus()
