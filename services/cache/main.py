@@ -100,7 +100,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         if settings.cache_embed_triton_url:
             encode = await asyncio.to_thread(load_triton_minilm, settings.cache_embed_triton_url)
         else:
-            encode = await asyncio.to_thread(load_minilm)
+            encode = await asyncio.to_thread(load_minilm, threads=settings.cache_embed_threads)
         embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
         await asyncio.to_thread(encode, ["warm-up"])
         while not stop.is_set():

@@ -31,7 +31,15 @@ _n = itertools.count()
 
 @pytest.fixture(scope="module")
 def encode():  # type: ignore[no-untyped-def]
-    return load_minilm()
+    return load_minilm(threads=1)  # as the cache service runs it (SY_CACHE_EMBED_THREADS)
+
+
+def test_the_embedder_runs_on_the_threads_it_was_given(encode) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    v = encode(["How do I reset my password?"])
+    assert torch.get_num_threads() == 1
+    assert v.shape == (1, 384) and abs(float((v * v).sum()) - 1.0) < 1e-4
 
 
 @pytest.fixture
