@@ -142,7 +142,9 @@ _STOP = set(
     their this that these those there here what which who whom whose when where why how can could should would
     will shall may might must please tell me know want need get got any some much many s t just also so about
     into over than too very way like best good really ok okay hi hello thanks thank""".split()
-)
+) | {"um", "uh", "er", "erm", "hmm", "yeah", "hey", "hiya"}  # spoken fillers and greetings
+# Contractions: the part before the apostrophe carries the word ("what's" -> what, "I'm" -> I).
+_CONTRACTION = re.compile(r"'(?:s|m|re|ve|d|ll)$", re.IGNORECASE)
 
 
 def _words(text: str) -> list[str]:
@@ -243,27 +245,34 @@ def roles_swapped(new: str, old: str) -> bool:
     return bool(a1 & b2) and bool(b1 & a2) and not (a1 & a2)
 
 
+_ENTITY_TOKEN = r"[A-Za-z][A-Za-z0-9'\-]*"
+
+
 def entities(text: str) -> list[str]:
     """Capitalised words not starting a sentence, mixed-case words and acronyms, in order."""
     out: list[str] = []
     start = True
-    for tok in re.findall(r"[A-Za-z][A-Za-z0-9'\-]*|[.!?]", text):
+    for tok in re.findall(_ENTITY_TOKEN + r"|[.!?]", text):
         if tok in ".!?":
             start = True
             continue
         caps = tok[0].isupper() and not start
         mixed = any(c.isupper() for c in tok[1:])
-        if (caps or mixed) and tok.lower() not in _STOP and tok != "I":
-            out.append(tok.lower())
+        if (caps or mixed) and _base(tok) not in _STOP and tok != "I":
+            out.append(_base(tok))  # Australia's -> australia
         start = False
     return out
+
+
+def _base(w: str) -> str:
+    return _CONTRACTION.sub("", w.lower())
 
 
 def content(text: str) -> set[str]:
     return {
         _stem(w)
         for w in _words(text)
-        if w.lower() not in _STOP
+        if _base(w) not in _STOP
         and w.lower() not in _NEGATIONS
         and w.lower() not in _NUMBER_WORDS  # numbers() compares those
         and not w[0].isdigit()
@@ -293,21 +302,64 @@ class Verifier:
         opp = opposite(new, old)
         if opp:
             return Verdict(False, f"antonym:{opp}")
-        en, eo = entities(new), entities(old)
-        if set(en) != set(eo):
+        en, eo = [_stem(e) for e in entities(new)], [_stem(e) for e in entities(old)]  # Sundays ~ Sunday
+        if _entity_missing(en, old) or _entity_missing(eo, new):
             return Verdict(False, "entities")
-        if _dedupe(en) != _dedupe(eo) or roles_swapped(new, old):
+        if _dedupe([e for e in en if e in eo]) != _dedupe([e for e in eo if e in en]) or roles_swapped(
+            new, old
+        ):
             return Verdict(False, "order")
         slot = slot_changed(new, old)
         if slot:
             return Verdict(False, f"slot:{slot}")
-        cn, co = content(new), content(old)
+        cn, co = _without_typos(content(new), content(old))
         if cn != co:
             if similarity < self.novel_floor:
                 return Verdict(False, "novel_words")
             if (cn < co or co < cn) and similarity < self.added_floor:
                 return Verdict(False, "added_words")
         return Verdict(True)
+
+
+def _entity_missing(ents: list[str], other: str) -> bool:
+    """An entity of one text that the other never names, in any casing ("UK" vs "the uk" is the same
+    entity; "Amazon" vs "eBay" is not)."""
+    tokens = _words(other) + re.findall(_ENTITY_TOKEN, other)  # "Wi-Fi", "P60" whole as well
+    words = {_stem(_base(w)) for w in tokens}
+    return any(e not in words and not _typo_of(e, words) for e in ents)
+
+
+def _typo_of(w: str, among: set[str]) -> bool:
+    return any(_one_slip(w, x) for x in among)
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """One letter added, dropped, changed, or two neighbours swapped (Mondys/Mondays,
+    vegitarian/vegetarian, centre/center) in words of five letters or more with the same first
+    letter. Two edits are a different word: Austria/Australia."""
+    if a == b:
+        return True
+    if min(len(a), len(b)) < 5 or a[0] != b[0] or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = 0
+    while i < len(short) and short[i] == long_[i]:
+        i += 1
+    return short[i:] == long_[i + 1 :]
+
+
+def _without_typos(a: set[str], b: set[str]) -> tuple[set[str], set[str]]:
+    """`a` with each word that is a slip of one of `b`'s spelled as in `b`."""
+    only_b = b - a
+    return {w if w in b else next((x for x in only_b if _one_slip(w, x)), w) for w in a}, b
 
 
 def _dedupe(xs: list[str]) -> list[str]:
