@@ -79,16 +79,23 @@ def test_verifier_rejects_near_misses_and_keeps_paraphrases() -> None:
 def test_verifier_tolerates_casing_typos_contractions_and_fillers_but_not_other_entities() -> None:
     v = Verifier(novel_floor=0.9)
     # the same entity in another casing, inflection or possessive
-    assert v.check("um what is the tallest mountain in the uk", "What is the tallest mountain in the UK?", 0.9).ok
+    assert v.check(
+        "um what is the tallest mountain in the uk", "What is the tallest mountain in the UK?", 0.9
+    ).ok
     assert v.check("Which city is Australia's capital?", "Which city is the capital of Australia?", 0.95).ok
     assert v.check("Is the clinic open on Sunday?", "Is the clinic open on Sundays?", 0.95).ok
     # one-letter slips, in entities and in plain words
-    assert v.check("What time does the gym open on Mondys?", "What time does the gym open on Mondays?", 0.9).ok
+    assert v.check(
+        "What time does the gym open on Mondys?", "What time does the gym open on Mondays?", 0.9
+    ).ok
     assert v.check("Do you offer a vegitarian menu?", "Do you offer a vegetarian menu?", 0.9).ok
     # "what's" is "what", a stop word, not content
     assert v.check("What's the guest Wi-Fi password?", "What is the Wi-Fi password for guests?", 0.93).ok
     # two letters apart is another place; a new name is another entity
-    assert v.check("What's the capital of Austria?", "What's the capital of Australia?", 0.95).reason == "entities"
+    assert (
+        v.check("What's the capital of Austria?", "What's the capital of Australia?", 0.95).reason
+        == "entities"
+    )
     assert v.check("Who is the CEO of Apple?", "Who is the CEO of Microsoft?", 0.95).reason == "entities"
 
 
