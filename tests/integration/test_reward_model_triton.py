@@ -1,5 +1,7 @@
-"""The reward_model function against a live Triton server (the lead's check once Triton is on main).
+"""The reward_model function against an existing Triton server of yours.
 
+The embedded Triton (PyTriton wheel) runs the same function in every CI run:
+tests/integration/test_triton_pool.py::test_reward_service_function_scores_a_group_on_triton.
 Set TEST_TRITON_URL (gRPC host:port of a tritonserver on deploy/triton/models; skipped otherwise) and
 optionally TEST_TRITON_REWARD_MODEL (default reward_model: inputs PROMPT, COMPLETION BYTES [batch, 1],
 output SCORE FP32 [batch, 1]).

@@ -247,3 +247,19 @@ def test_embedding_and_reward_models_on_triton(triton) -> None:
     scores = client.infer("reward_model", inputs).as_numpy("SCORE").reshape(-1)
     assert scores.dtype == np.float32 and scores.shape == (2,)
     assert scores[0] > scores[1] and -1.0 <= scores[1] <= scores[0] <= 1.0
+
+
+def test_reward_service_function_scores_a_group_on_triton(triton) -> None:
+    """The reward service's `reward_model` function (shared.rewards, tritonclient) against the
+    embedded Triton: one call per group, a finite score per sample, relevant above unrelated."""
+    import math
+
+    from shared.rewards import Sample, SpecItem, default_functions, score_group
+
+    fns = default_functions(triton.grpc_url)
+    q = "What is the capital of France?"
+    samples = [Sample(q, t) for t in ("Paris is the capital of France.", "I like turtles and pancakes.")]
+    got = asyncio.run(score_group(samples, [SpecItem("reward_model", 1.0, {"model": "reward_model"})], fns))
+    assert len(got) == 2 and all(math.isfinite(g.reward) for g in got)
+    assert all("reward_model" not in g.notes for g in got)  # scored, not skipped or failed
+    assert got[0].reward > got[1].reward
