@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord
-from opentelemetry import trace
 from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.bus import CONTENT_TYPE_HEADER, Handler, OutRecord, Producer, StageConsumer, header, sent_ns
@@ -24,9 +23,8 @@ from shared.telemetry import (
     add_timing,
     bind_request,
     current_trace_id,
-    extract_context,
     inject_headers,
-    tracer,
+    record_span,
 )
 
 
@@ -68,19 +66,8 @@ def envelope_handler(stage: str, handle: EnvelopeHandler, *, validate_input: boo
         sent = sent_ns(rec)
         if sent is not None:
             add_timing(env, "queue", sent, received, topic=rec.topic, to=stage)
-        parent = extract_context(rec.headers)
-        with tracer().start_as_current_span(
-            stage,
-            context=parent,
-            kind=trace.SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": "kafka",
-                "messaging.destination.name": rec.topic,
-                "messaging.kafka.partition": rec.partition,
-                "messaging.kafka.offset": rec.offset,
-                "switchyard.request_id": env.request_id,
-                "switchyard.tenant": env.tenant,
-            },
+        with record_span(
+            stage, rec.headers, rec.topic, rec.partition, rec.offset, env.request_id, env.tenant
         ):
             bind_request(env, current_trace_id())
             start = time.time_ns()

@@ -312,7 +312,8 @@ class Verifier:
         slot = slot_changed(new, old)
         if slot:
             return Verdict(False, f"slot:{slot}")
-        cn, co = _without_typos(content(new), content(old))
+        co = content(old)
+        cn = _spelled_as(content(new), co)
         if cn != co:
             if similarity < self.novel_floor:
                 return Verdict(False, "novel_words")
@@ -356,10 +357,10 @@ def _one_slip(a: str, b: str) -> bool:
     return short[i:] == long_[i + 1 :]
 
 
-def _without_typos(a: set[str], b: set[str]) -> tuple[set[str], set[str]]:
-    """`a` with each word that is a slip of one of `b`'s spelled as in `b`."""
-    only_b = b - a
-    return {w if w in b else next((x for x in only_b if _one_slip(w, x)), w) for w in a}, b
+def _spelled_as(words: set[str], other: set[str]) -> set[str]:
+    """`words` with each one-letter slip of a word of `other` spelled as in `other`."""
+    only_other = other - words
+    return {w if w in other else next((x for x in only_other if _one_slip(w, x)), w) for w in words}
 
 
 def _dedupe(xs: list[str]) -> list[str]:

@@ -154,16 +154,19 @@ def _spans_of(pipeline, trace_id: str, want: set[str], timeout_s: float = 10) ->
     return spans
 
 
-def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> None:
-    trace_id, client_span = os.urandom(16).hex(), os.urandom(8).hex()
-    body = {"model": "sy-tiny", "messages": MSG, "max_tokens": 4, "temperature": 0}
+def _chat_in_trace(pipeline, trace_id: str, parent_span: str, flags: str) -> None:
     r = httpx.post(
         pipeline.base_url + "/chat/completions",
-        json=body,
-        headers={**AUTH_A, "traceparent": f"00-{trace_id}-{client_span}-01"},
+        json={"model": "sy-tiny", "messages": MSG, "max_tokens": 4, "temperature": 0},
+        headers={**AUTH_A, "traceparent": f"00-{trace_id}-{parent_span}-{flags}"},
         timeout=60,
     )
     assert r.status_code == 200, r.text
+
+
+def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> None:
+    trace_id, client_span = os.urandom(16).hex(), os.urandom(8).hex()
+    _chat_in_trace(pipeline, trace_id, client_span, "01")
     stages = {"gateway", "preprocess", "cache", "router", "vllm_worker"}
     spans = _spans_of(pipeline, trace_id, stages)
     by_name = {s["name"]: s for s in spans}
@@ -174,13 +177,7 @@ def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> 
 
     # `-00`: the client says "not sampled", so no stage records this request.
     quiet = os.urandom(16).hex()
-    r = httpx.post(
-        pipeline.base_url + "/chat/completions",
-        json=body,
-        headers={**AUTH_A, "traceparent": f"00-{quiet}-{client_span}-00"},
-        timeout=60,
-    )
-    assert r.status_code == 200, r.text
+    _chat_in_trace(pipeline, quiet, client_span, "00")
     time.sleep(1.0)  # span export is batched every 200 ms
     assert _spans_of(pipeline, quiet, set(), timeout_s=0) == []
 
