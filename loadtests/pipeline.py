@@ -1,6 +1,7 @@
 """pipeline-vs-engine: the same streaming workload (a) against vLLM's AsyncLLM called in-process,
 (b) against vLLM's own OpenAI server and (c) through Switchyard's gateway (Kafka hops, stages,
-worker), one after the other in one run, all with the worker's engine flags (LoRA off on every
+worker) — the whole stack as `make run` starts it, then (d) only the services a chat request
+crosses — one after the other in one run, all with the worker's engine flags (LoRA off on every
 side: the lora-scaling scenario measures LoRA).
 
 Reports tokens/s and their ratio, TTFT p50/p99, the TTFT Switchyard adds over the in-process
@@ -13,7 +14,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,6 +27,8 @@ import openai
 
 from shared.embedded.procs import free_port, stop_process
 from shared.models import tasks
+
+from .stack import gateway_url, start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -166,49 +168,33 @@ def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
+SERVING_PATH = ["gateway", "preprocess", "cache", "router", "vllm_worker"]
+
+
 def start_pipeline(
     model_dir: Path,
     var_dir: Path,
     cache: bool = False,
     single_pool: bool = True,
     ready_timeout_s: float = 300,
+    services: list[str] | None = None,
     **extra_env: str,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`switchyard up` in var_dir; single_pool=False keeps the default pools (vLLM and Triton)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
-    env.update(
-        SY_VAR_DIR=str(var_dir),
-        SY_MODELS_DIR=str(model_dir.parent),
-        SY_LOG_LEVEL="WARNING",
-        SY_KAFKA_PORT=str(free_port()),
-        SY_VLLM_ENABLE_LORA="false",
+    """`switchyard up` in var_dir; single_pool=False keeps the default pools (vLLM and Triton);
+    `services` starts only those (default: every service, as `make run`)."""
+    env: dict[str, str] = {
         # The serving workloads repeat temperature-0 prompts; the `cache` scenario turns it on.
-        SY_CACHE_ENABLED=str(cache).lower(),
-        # One vLLM pool, as the engine baselines have: the `pools` scenario measures Triton's.
-        SY_POOLS=json.dumps([{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]),
-        PYTHONUNBUFFERED="1",
-    )
-    if not single_pool:
-        del env["SY_POOLS"]
+        "SY_CACHE_ENABLED": str(cache).lower(),
+    }
+    if single_pool:  # one vLLM pool, as the engine baselines have: `pools` measures Triton's
+        env["SY_POOLS"] = json.dumps(
+            [{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]
+        )
     env.update(extra_env)
-    endpoints = var_dir / "run" / "endpoints.json"
-    endpoints.unlink(missing_ok=True)  # a killed earlier run's file names a dead stack
-    log = open(var_dir / "pipeline.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "up"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    proc, endpoints = start_stack(
+        model_dir, var_dir, log_name="pipeline.log", ready_timeout_s=ready_timeout_s, services=services, **env
     )
-    deadline = time.monotonic() + ready_timeout_s
-    while not endpoints.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((var_dir / "pipeline.log").read_text()[-3000:])
-        time.sleep(0.5)
-    url = json.loads(endpoints.read_text())["services"]["gateway"]["url"]
-    return proc, url + "/v1"
+    return proc, gateway_url(endpoints)
 
 
 def run_direct_engine(model_dir: Path, levels: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -255,8 +241,16 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     try:
         ours = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        stop_stack(proc)
+
+    # The same workload with only the services a chat request crosses. In production reward,
+    # batch, registry and the Triton worker run on their own machines; here every idle service
+    # polls the broker on the engine's two cores (README: where the CPU goes).
+    proc, url = start_pipeline(model_dir, var_dir, services=SERVING_PATH)
+    try:
+        path_only = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
+    finally:
+        stop_stack(proc)
 
     comparison = []
     for d, e, s in zip(direct, engine, ours, strict=True):
@@ -277,12 +271,18 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 k: round(v / overhead, 3) for k, v in bd.items() if k.startswith("hop:")
             }
         comparison.append(row)
+    for row, d, p in zip(comparison, direct, path_only, strict=True):
+        row["serving_path_only"] = {
+            "tokens_per_s_ratio_vs_asyncllm": round(p["tokens_per_s"] / d["tokens_per_s"], 3),
+            "added_ttft_p50_ms_vs_asyncllm": round(p["ttft_p50_ms"] - d["ttft_p50_ms"], 2),
+        }
     return {
         "scenario": "pipeline-vs-engine",
         "workload": {"max_tokens": MAX_TOKENS, "min_tokens": MAX_TOKENS, "temperature": 0, "stream": True},
         "asyncllm_in_process": direct,
         "vllm_openai_server": engine,
         "switchyard": ours,
+        "switchyard_serving_path_only": {"services": SERVING_PATH, "levels": path_only},
         "comparison": comparison,
         "summary": comparison,
     }

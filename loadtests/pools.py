@@ -19,9 +19,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,9 +26,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from switchyard.v1.envelope_pb2 import ChatMessage, Priority, Request, SamplingParams
 
-from shared.embedded.procs import free_port
 from shared.envelope import Envelope, Kind, decode, encode
 from shared.models import tasks
+
+from .stack import start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
@@ -209,42 +207,6 @@ def stats(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ stack
-def start_stack(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
-    env.update(
-        SY_VAR_DIR=str(var_dir),
-        SY_MODELS_DIR=str(model_dir.parent),
-        SY_LOG_LEVEL="WARNING",
-        SY_KAFKA_PORT=str(free_port()),
-        SY_VLLM_ENABLE_LORA="false",
-        SY_CACHE_ENABLED="false",  # the workload repeats prompts: this scenario measures serving
-        SY_POOLS=json.dumps(POOLS),
-        PYTHONUNBUFFERED="1",
-    )
-    # The Triton venv is the project's (make bench creates it), not one per bench run.
-    venv = ROOT / "var" / "triton-venv"
-    (var_dir).mkdir(parents=True, exist_ok=True)
-    if venv.exists() and not (var_dir / "triton-venv").exists():
-        (var_dir / "triton-venv").symlink_to(venv)
-    endpoints = var_dir / "run" / "endpoints.json"
-    endpoints.unlink(missing_ok=True)  # a killed earlier run's file names a dead stack
-    log = open(var_dir / "pools.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "up"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 420
-    while not endpoints.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((var_dir / "pools.log").read_text()[-3000:])
-        time.sleep(0.5)
-    return proc, json.loads(endpoints.read_text())
-
-
 def choose_pool_overhead(n: int = 20000) -> dict[str, Any]:
     """choose_pool alone: 8 pools (4 serving the model) x 8 workers each, live heartbeats."""
     from switchyard.v1.events_pb2 import Heartbeat
@@ -296,7 +258,13 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     var_dir = (out / "pools-var").resolve()
     n, conc = (12, 4) if quick else (32, 8)
     power = Power()
-    proc, endpoints = start_stack(model_dir, var_dir)
+    proc, endpoints = start_stack(
+        model_dir,
+        var_dir,
+        log_name="pools.log",
+        SY_CACHE_ENABLED="false",  # the workload repeats prompts: this scenario measures serving
+        SY_POOLS=json.dumps(POOLS),
+    )
     rng = random.Random(5)
     per_pool: dict[str, Any] = {}
     try:
@@ -323,8 +291,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             ]
             mixed, wall = await closed_loop(drv, mixed_envs, 2 * conc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        stop_stack(proc)
     by_class = {
         cls: stats([r for r in mixed if r["priority"] == cls], wall)
         for cls in ("PRIORITY_INTERACTIVE", "PRIORITY_BATCH")

@@ -78,7 +78,12 @@ def cmd_models(args: argparse.Namespace) -> int:
         argv += ["--minutes", str(args.minutes)]
     if args.force:
         argv.append("--force")
-    return build_main(argv)
+    rc = build_main(argv)
+    if rc == 0 and args.name == "sy-tiny":
+        from shared.models.vlm import build_vlm
+
+        print(json.dumps({"path": str(build_vlm(settings.model_dir)), "name": "sy-vlm"}))
+    return rc
 
 
 def cmd_asyncapi(args: argparse.Namespace) -> int:

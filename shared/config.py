@@ -48,6 +48,9 @@ class PoolConfig(BaseModel):
     device: Literal["gpu", "cpu", "edge"] = "cpu"
     models: list[str] = Field(min_length=1)
     modalities: list[Literal["text", "image", "audio"]] = ["text"]
+    # Models that take the pool's media modalities; unset = all of them. A pool that serves a VLM
+    # and text-only models (Triton: sy-vlm beside sy-tiny) says which model an image may go to.
+    media_models: list[str] | None = None
     max_lora_rank: int = Field(default=0, ge=0)
     cost: float = Field(default=1.0, ge=0)
     # Engine knobs of this pool (issue 6), passed through where the engine supports them on that
@@ -60,14 +63,27 @@ class PoolConfig(BaseModel):
     def topic_suffix(self) -> str:
         return f"infer.{self.name}"
 
+    def modalities_for(self, model: str) -> set[str]:
+        """What this pool accepts for `model` (text only for a model not in media_models)."""
+        if self.media_models is None or model in self.media_models:
+            return set(self.modalities)
+        return {"text"}
+
 
 def _default_pools() -> list[PoolConfig]:
     return [
         PoolConfig(name="vllm", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8),
         # The CPU/edge pool on Triton: the same model (and a bf16 variant only it serves), cheaper,
-        # so batch traffic fills it while interactive traffic prefers the faster pool.
+        # so batch traffic fills it while interactive traffic prefers the faster pool; and the
+        # multimodal model, sy-vlm, the one model here that takes images.
         PoolConfig(
-            name="triton", engine="triton", device="edge", models=["sy-tiny", "sy-tiny-bf16"], cost=0.5
+            name="triton",
+            engine="triton",
+            device="edge",
+            models=["sy-tiny", "sy-tiny-bf16", "sy-vlm"],
+            modalities=["text", "image"],
+            media_models=["sy-vlm"],
+            cost=0.5,
         ),
     ]
 
@@ -624,7 +640,7 @@ def markdown_table() -> str:
             default = (
                 "(computed)"
                 if name != "pools"
-                else "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16, cost 0.5)"
+                else "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16 + sy-vlm with images, cost 0.5)"
             )
         else:
             default = "unset" if f.default is None else f"`{f.default}`"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from switchyard.v1.envelope_pb2 import Choice, Response, Usage
+from switchyard.v1.envelope_pb2 import Choice, Response, TokenLogprob, TopLogprob, Usage
 from switchyard.v1.events_pb2 import ChoiceDelta, StreamDelta
 
 from shared.envelope import Envelope, ErrorCode, Kind, Rejected
@@ -87,6 +87,15 @@ def sampling_kwargs(env: Envelope, prompt_len: int, max_model_len: int) -> dict[
 
 
 @dataclass
+class Logprob:
+    """One token's logprob at a position (the fields of vLLM's `Logprob` that we read)."""
+
+    logprob: float
+    rank: int | None = None  # 1 = the most likely token
+    decoded_token: str | None = None
+
+
+@dataclass
 class StepOutput:
     """One choice's new tokens in one engine step (the shape of vLLM's CompletionOutput)."""
 
@@ -112,6 +121,7 @@ class _ChoiceState:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    token_logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str = ""
     token_times: list[int] = field(default_factory=list)
     chars: int = 0
@@ -120,8 +130,11 @@ class _ChoiceState:
 class Accumulator:
     """Collects one generation's DELTA outputs."""
 
-    def __init__(self, n: int, worker: str, stage: str = "vllm_worker") -> None:
+    def __init__(
+        self, n: int, worker: str, stage: str = "vllm_worker", top_logprobs: int | None = None
+    ) -> None:
         self.choices = [_ChoiceState() for _ in range(n)]
+        self.top_logprobs = top_logprobs  # None: logprobs not asked for; k: k alternatives each
         self.worker = worker
         self.stage = stage  # the worker's stage entry: parent of the engine sub-timings
         self.submitted_ns = time.time_ns()
@@ -145,6 +158,7 @@ class Accumulator:
                     self.first_token_ns = now
                 self.last_token_ns = now
                 st.token_times.extend([now] * len(ids))
+            lps = self._token_logprobs(ids, o.logprobs) if o.logprobs else []
             if ids or o.text or o.finish_reason:
                 delta.choices.append(
                     ChoiceDelta(
@@ -154,14 +168,14 @@ class Accumulator:
                         token_offset=len(st.token_ids),
                         finish_reason=o.finish_reason or "",
                         text_offset=st.chars,
+                        logprobs=lps if self.top_logprobs is not None else [],
                     )
                 )
             st.text.append(o.text or "")
             st.chars += len(o.text or "")
             st.token_ids.extend(ids)
-            if o.logprobs:
-                for tok, lp in zip(ids, o.logprobs, strict=False):
-                    st.logprobs.append(float(lp[tok].logprob) if tok in lp else 0.0)
+            st.logprobs.extend(t.logprob for t in lps)
+            st.token_logprobs.extend(lps)
             if o.finish_reason:
                 st.finish_reason = o.finish_reason if o.finish_reason in FINISH_REASONS else "stop"
         if getattr(out, "queue_s", None) is not None:
@@ -174,6 +188,29 @@ class Accumulator:
         delta.first = self._first_delta
         self._first_delta = False
         return delta
+
+    def _token_logprobs(self, ids: list[int], per_token: list[dict[int, Any]]) -> list[TokenLogprob]:
+        """vLLM's per-position dicts (sampled token + the top k by rank) as TokenLogprob records."""
+        k = self.top_logprobs or 0
+        out = []
+        for tok, lp in zip(ids, per_token, strict=False):
+            mine = lp.get(tok)
+            top = sorted(
+                ((t, x) for t, x in lp.items() if x.rank is not None and x.rank <= k),
+                key=lambda e: e[1].rank,
+            )
+            out.append(
+                TokenLogprob(
+                    token_id=tok,
+                    token=(mine.decoded_token or "") if mine is not None else "",
+                    logprob=float(mine.logprob) if mine is not None else 0.0,
+                    top=[
+                        TopLogprob(token_id=t, token=x.decoded_token or "", logprob=float(x.logprob))
+                        for t, x in top
+                    ],
+                )
+            )
+        return out
 
     def itl_ms(self) -> list[float]:
         times = self.choices[0].token_times
@@ -189,6 +226,7 @@ class Accumulator:
                     finish_reason=c.finish_reason or "stop",
                     token_ids=c.token_ids,
                     logprobs=c.logprobs,
+                    token_logprobs=c.token_logprobs if self.top_logprobs is not None else [],
                 )
                 for i, c in enumerate(self.choices)
             ],
@@ -234,6 +272,7 @@ def merge_deltas(deltas: list[StreamDelta]) -> StreamDelta:
                 m = by_index[c.index]
                 m.text += c.text
                 m.token_ids.extend(c.token_ids)
+                m.logprobs.extend(c.logprobs)
                 m.finish_reason = c.finish_reason or m.finish_reason
             else:
                 by_index[c.index] = out.choices.add()

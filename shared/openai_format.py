@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request, SamplingParams
+from switchyard.v1.envelope_pb2 import (
+    ChatMessage,
+    ContentPart,
+    ImageUrl,
+    InputAudio,
+    Request,
+    SamplingParams,
+    TokenLogprob,
+)
 from switchyard.v1.events_pb2 import StreamDelta
 
 from shared.envelope import Envelope, ErrorCode, Kind, Priority, Rejected
@@ -159,6 +167,43 @@ def reply_model(env: Envelope) -> str:
     return env.adapter or env.model
 
 
+def _lp(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def chat_logprobs(lps: Any) -> dict[str, Any]:
+    """OpenAI chat `logprobs`: per token its text, logprob, UTF-8 bytes and top alternatives."""
+    return {
+        "content": [
+            {**_lp(t.token, t.logprob), "top_logprobs": [_lp(x.token, x.logprob) for x in t.top]} for t in lps
+        ]
+    }
+
+
+def completion_logprobs(lps: Any, text_offset: int = 0) -> dict[str, Any]:
+    """OpenAI (legacy) completions `logprobs`; each position's alternatives include the sampled
+    token, as vLLM's server lists them; `text_offset` is where the first token starts."""
+    offsets = []
+    for t in lps:
+        offsets.append(text_offset)
+        text_offset += len(t.token)
+    return {
+        "tokens": [t.token for t in lps],
+        "token_logprobs": [t.logprob for t in lps],
+        "top_logprobs": [{**{x.token: x.logprob for x in t.top}, t.token: t.logprob} for t in lps],
+        "text_offset": offsets,
+    }
+
+
+def choice_logprobs(env: Envelope, lps: Any, text_offset: int = 0) -> dict[str, Any] | None:
+    """A choice's (or a chunk's) `logprobs` in the request's format; None when not asked for."""
+    if not env.request.sampling.logprobs:
+        return None
+    if env.kind == Kind.KIND_COMPLETION:
+        return completion_logprobs(lps, text_offset)
+    return chat_logprobs(lps)
+
+
 def chat_response(env: Envelope, created: int, e2e_ms: float | None = None) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{env.request_id}",
@@ -169,7 +214,7 @@ def chat_response(env: Envelope, created: int, e2e_ms: float | None = None) -> d
             {
                 "index": c.index,
                 "message": {"role": "assistant", "content": c.text},
-                "logprobs": None,
+                "logprobs": choice_logprobs(env, c.token_logprobs),
                 "finish_reason": c.finish_reason or "stop",
             }
             for c in env.response.choices
@@ -186,7 +231,12 @@ def completion_response(env: Envelope, created: int, e2e_ms: float | None = None
         "created": created,
         "model": reply_model(env),
         "choices": [
-            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason or "stop"}
+            {
+                "index": c.index,
+                "text": c.text,
+                "logprobs": choice_logprobs(env, c.token_logprobs),
+                "finish_reason": c.finish_reason or "stop",
+            }
             for c in env.response.choices
         ],
         "usage": _usage(env),
@@ -210,6 +260,7 @@ def chunk(
     text: str | None = None,
     role: bool = False,
     finish_reason: str | None = None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One SSE chunk in OpenAI's streaming format."""
     if kind == Kind.KIND_COMPLETION:
@@ -219,7 +270,7 @@ def chunk(
             "created": created,
             "model": model,
             "choices": [
-                {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+                {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
             ],
         }
     delta: dict[str, Any] = {}
@@ -233,7 +284,7 @@ def chunk(
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 
@@ -246,6 +297,8 @@ class StreamDeduper:
 
     def __init__(self, n: int) -> None:
         self.sent_text = [""] * n
+        self.sent_tokens = [0] * n  # logprob entries forwarded per choice (deduped by token offset)
+        self.token_chars = [0] * n  # characters of the forwarded tokens: completions' text_offset
 
     def new_text(self, delta: StreamDelta) -> list[tuple[int, str]]:
         out = []
@@ -259,6 +312,30 @@ class StreamDeduper:
             self.sent_text[c.index] += new
             out.append((c.index, new))
         return out
+
+    def new_logprobs(self, delta: StreamDelta) -> dict[int, tuple[list[TokenLogprob], int]]:
+        """Per choice, the logprob entries not forwarded yet and the text offset of the first."""
+        out: dict[int, tuple[list[TokenLogprob], int]] = {}
+        for c in delta.choices:
+            if c.index >= len(self.sent_tokens) or not c.logprobs:
+                continue
+            skip = self.sent_tokens[c.index] - c.token_offset
+            if skip < 0:  # a gap: left for the final response
+                continue
+            new = list(c.logprobs[skip:])
+            if new:
+                out[c.index] = self._take(c.index, new)
+        return out
+
+    def remaining_logprobs(self, index: int, lps: Any) -> tuple[list[TokenLogprob], int]:
+        """The final response's entries the stream did not carry."""
+        return self._take(index, list(lps[self.sent_tokens[index] :]))
+
+    def _take(self, index: int, new: list[TokenLogprob]) -> tuple[list[TokenLogprob], int]:
+        offset = self.token_chars[index]
+        self.sent_tokens[index] += len(new)
+        self.token_chars[index] += sum(len(t.token) for t in new)
+        return new, offset
 
     def remainder(self, index: int, full_text: str) -> str:
         """What the final response has that the stream did not carry (missed or late deltas)."""

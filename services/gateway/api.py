@@ -6,7 +6,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from switchyard.v1.events_pb2 import StreamDelta
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
 from shared.auth import bearer, tenant_for_key
@@ -26,7 +27,7 @@ from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, r
 
 from .batches import batch_router
 from .limits import Slots, TenantLimiter
-from .openai_format import StreamDeduper, chunk, reply_model, response_body, to_envelope
+from .openai_format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .rollouts import rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
@@ -320,6 +321,15 @@ def create_app(backend: Backend) -> FastAPI:
             return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
 
         dedupe = StreamDeduper(n)
+
+        def parts(delta: StreamDelta) -> Iterator[bytes]:
+            """A delta's new text and, when asked for, its tokens' logprobs, deduped per choice."""
+            texts = dict(dedupe.new_text(delta))
+            lps = dedupe.new_logprobs(delta) if env.request.sampling.logprobs else {}
+            for index in sorted(texts.keys() | lps.keys()):
+                lp = choice_logprobs(env, *lps[index]) if index in lps else None
+                yield event(chunk(kind, rid, model, created, index, text=texts.get(index, ""), logprobs=lp))
+
         try:
             if kind != Kind.KIND_COMPLETION:
                 for i in range(n):
@@ -343,11 +353,11 @@ def create_app(backend: Backend) -> FastAPI:
                 if not getter.done():
                     getter.cancel()
                     continue
-                for index, text in dedupe.new_text(getter.result()):
-                    yield event(chunk(kind, rid, model, created, index, text=text))
+                for ev in parts(getter.result()):
+                    yield ev
             while not waiter.deltas.empty():
-                for index, text in dedupe.new_text(waiter.deltas.get_nowait()):
-                    yield event(chunk(kind, rid, model, created, index, text=text))
+                for ev in parts(waiter.deltas.get_nowait()):
+                    yield ev
             final: Envelope = waiter.final.result()
             if final.error.code:
                 yield event(
@@ -361,8 +371,12 @@ def create_app(backend: Backend) -> FastAPI:
                 return
             for c in final.response.choices:
                 rest = dedupe.remainder(c.index, c.text)
-                if rest:
-                    yield event(chunk(kind, rid, model, created, c.index, text=rest))
+                lp = None
+                if env.request.sampling.logprobs:
+                    missed, offset = dedupe.remaining_logprobs(c.index, c.token_logprobs)
+                    lp = choice_logprobs(env, missed, offset) if missed else None
+                if rest or lp:
+                    yield event(chunk(kind, rid, model, created, c.index, text=rest, logprobs=lp))
                 yield event(
                     chunk(kind, rid, model, created, c.index, finish_reason=c.finish_reason or "stop")
                 )

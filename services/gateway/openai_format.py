@@ -3,6 +3,7 @@
 from shared.openai_format import (  # noqa: F401 - re-exported for the gateway's imports
     StreamDeduper,
     chat_response,
+    choice_logprobs,
     chunk,
     completion_response,
     reply_model,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 QWEN2_VL_TYPES = {"qwen2_vl", "qwen2_5_vl"}
-LLAVA_TYPES = {"llava"}
+LLAVA_TYPES = {"llava", "sy_vlm"}  # sy_vlm: LLaVA's layout, our encoder (shared/models/vlm.py)
 AUDIO_TOKENS_PER_S = {"qwen2_audio": 25.0, "whisper": 50.0}
 
 

@@ -135,8 +135,8 @@ class MediaStage:
     def check_pools(self, model: str, needed: set[str]) -> None:
         """Refuse before any decoding when no configured pool serves the model with these modalities."""
         pools = [p for p in self.s.pools if model in p.models]
-        if pools and not any(needed <= set(p.modalities) for p in pools):
-            have = {p.name: p.modalities for p in pools}
+        if pools and not any(needed <= p.modalities_for(model) for p in pools):
+            have = {p.name: sorted(p.modalities_for(model)) for p in pools}
             raise Rejected(
                 ErrorCode.NO_POOL,
                 f"no pool for model {model!r} accepts {sorted(needed | {'text'})}; pools: {have}",

@@ -118,7 +118,7 @@ def capable_pools(env: Envelope, pools: list[PoolConfig]) -> tuple[list[PoolConf
         known = sorted({m for p in pools for m in p.models})
         return [], f"no pool serves model {env.model!r}; known models: {known}"
     needed = modalities(env)
-    capable = [p for p in serving if needed <= set(p.modalities)]
+    capable = [p for p in serving if needed <= p.modalities_for(env.model)]
     if not capable:
         return [], f"no pool for model {env.model!r} accepts {sorted(needed)}"
     if env.adapter:

@@ -9,7 +9,7 @@ exactly as for vLLM. `scrape_metrics` turns Triton's /metrics into collectors of
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -19,7 +19,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from shared.generation import EngineStep, StepOutput
+from shared.generation import EngineStep, Logprob, StepOutput
 
 
 class TritonError(RuntimeError):
@@ -32,8 +32,11 @@ def _input(name: str, arr: np.ndarray, dtype: str) -> grpcclient.InferInput:
     return t
 
 
-def generation_inputs(prompt_ids: list[int], kw: dict[str, Any]) -> list[grpcclient.InferInput]:
-    """Model inputs from the shared sampling kwargs (OpenAI semantics, as for vLLM)."""
+def generation_inputs(
+    prompt_ids: list[int], kw: dict[str, Any], images: tuple[np.ndarray, list[int]] | None = None
+) -> list[grpcclient.InferInput]:
+    """Model inputs from the shared sampling kwargs (OpenAI semantics, as for vLLM); `images`:
+    a VLM's [n, S, S, 3] uint8 pixels and each image's placeholder offset in the prompt."""
     inputs = [
         _input("INPUT_IDS", np.asarray(prompt_ids, dtype=np.int32), "INT32"),
         _input("MAX_TOKENS", np.asarray([kw["max_tokens"]], dtype=np.int32), "INT32"),
@@ -49,19 +52,51 @@ def generation_inputs(prompt_ids: list[int], kw: dict[str, Any]) -> list[grpccli
         inputs.append(_input("SEED", np.asarray([kw["seed"]], dtype=np.int64), "INT64"))
     if kw.get("stop"):
         inputs.append(_input("STOP", np.asarray([s.encode() for s in kw["stop"]], dtype=np.object_), "BYTES"))
+    if kw.get("logprobs") is not None:
+        inputs.append(_input("LOGPROBS", np.asarray([kw["logprobs"]], dtype=np.int32), "INT32"))
+    if images is not None:
+        pixels, offsets = images
+        inputs.append(_input("IMAGES", np.ascontiguousarray(pixels, dtype=np.uint8), "UINT8"))
+        inputs.append(_input("IMAGE_OFFSETS", np.asarray(offsets, dtype=np.int32), "INT32"))
     return inputs
 
 
 # Sampling options the Triton text model does not implement: refused with a clear reason
 # rather than silently ignored.
-UNSUPPORTED = ("presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs")
+UNSUPPORTED = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 
 
 def unsupported_options(kw: dict[str, Any]) -> list[str]:
-    bad = [k for k in UNSUPPORTED if k in kw]
-    if kw.get("n", 1) != 1:
-        bad.append("n>1")
-    return bad
+    return [k for k in UNSUPPORTED if k in kw]
+
+
+def choice_kwargs(kw: dict[str, Any], index: int) -> dict[str, Any]:
+    """Sampling for choice `index` of n: its own seed (seed + index), so sampled choices differ
+    and a redelivered request regenerates each one the same; greedy choices are all the same,
+    as with vLLM's n."""
+    if index == 0 or kw.get("seed") is None:
+        return kw
+    return {**kw, "seed": (int(kw["seed"]) + index) % 2**63}
+
+
+def step_logprobs(
+    result: Any, ids: list[int], token_text: Callable[[int], str]
+) -> list[dict[int, Logprob]] | None:
+    """The model's LOGPROBS/TOP_IDS/TOP_LOGPROBS outputs as vLLM-shaped per-token dicts."""
+    lps = result.as_numpy("LOGPROBS")
+    if lps is None or not ids:
+        return None
+    top_ids, top_lps = result.as_numpy("TOP_IDS"), result.as_numpy("TOP_LOGPROBS")
+    out = []
+    for j, tok in enumerate(ids):
+        d: dict[int, Logprob] = {}
+        if top_ids is not None and top_ids.size:
+            for rank, (t, lp) in enumerate(zip(top_ids[j], top_lps[j], strict=True), start=1):
+                d[int(t)] = Logprob(float(lp), rank, token_text(int(t)))
+        if tok not in d:
+            d[tok] = Logprob(float(lps[j]), None, token_text(tok))
+        out.append(d)
+    return out
 
 
 class TritonEngine:
@@ -85,13 +120,74 @@ class TritonEngine:
             return False
 
     async def generate(
-        self, model: str, prompt_ids: list[int], kw: dict[str, Any], request_id: str
+        self,
+        model: str,
+        prompt_ids: list[int],
+        kw: dict[str, Any],
+        request_id: str,
+        token_text: Callable[[int], str] = str,
+        images: tuple[np.ndarray, list[int]] | None = None,
+    ) -> AsyncIterator[EngineStep]:
+        """The request's n choices as one sequence of steps (StepOutput.index = choice).
+
+        Each choice is its own decoupled stream, sent at once, so the model's continuous
+        batching runs them together; `token_text` names tokens in logprobs."""
+        n = int(kw.get("n", 1))
+        if n == 1:
+            async for step in self._stream(model, prompt_ids, kw, request_id, 0, token_text, images):
+                yield step
+            return
+        queue: asyncio.Queue[EngineStep | BaseException | None] = asyncio.Queue()
+
+        async def pump(i: int) -> None:
+            try:
+                async for step in self._stream(
+                    model, prompt_ids, choice_kwargs(kw, i), f"{request_id}/{i}", i, token_text, images
+                ):
+                    await queue.put(step)
+                await queue.put(None)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the reader
+                await queue.put(exc)
+
+        tasks = [asyncio.create_task(pump(i)) for i in range(n)]
+        try:
+            first, done = True, 0
+            while done < n:
+                item = await queue.get()
+                if item is None:
+                    done += 1
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                if first:
+                    first = False
+                elif item.prompt_token_ids is not None:
+                    item.prompt_token_ids, item.queue_s = None, None
+                yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _stream(
+        self,
+        model: str,
+        prompt_ids: list[int],
+        kw: dict[str, Any],
+        request_id: str,
+        index: int,
+        token_text: Callable[[int], str],
+        images: tuple[np.ndarray, list[int]] | None = None,
     ) -> AsyncIterator[EngineStep]:
         """One decoupled stream: a step per decode step, the last with its finish reason."""
         done = asyncio.Event()
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield {"model_name": model, "inputs": generation_inputs(prompt_ids, kw), "request_id": request_id}
+            yield {
+                "model_name": model,
+                "inputs": generation_inputs(prompt_ids, kw, images),
+                "request_id": request_id,
+            }
             await done.wait()  # keep the stream open until the final response came
 
         first = True
@@ -103,10 +199,8 @@ class TritonEngine:
                 ids = [int(x) for x in result.as_numpy("TOKEN_IDS").reshape(-1)]
                 text = result.as_numpy("TEXT").reshape(-1)[0].decode()
                 finish = result.as_numpy("FINISH_REASON").reshape(-1)[0].decode()
-                step = EngineStep(
-                    outputs=[StepOutput(0, ids, text, finish or None)],
-                    prompt_token_ids=prompt_ids if first else None,
-                )
+                out = StepOutput(index, ids, text, finish or None, step_logprobs(result, ids, token_text))
+                step = EngineStep(outputs=[out], prompt_token_ids=prompt_ids if first else None)
                 if first:
                     step.queue_s = float(result.as_numpy("QUEUE_US").reshape(-1)[0]) / 1e6
                 first = False

@@ -24,10 +24,12 @@ from shared.health import Health
 from shared.model_version import fingerprint
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
+from shared.storage import open_store
 from shared.telemetry import get_logger
 from shared.worker import StreamPublisher, assigned_partitions, heartbeat_loop
 
 from .client import ScrapedMetrics, TritonEngine, TritonError, unsupported_options
+from .media import vision_inputs
 from .models import ModelCatalog
 
 log = get_logger(__name__)
@@ -58,6 +60,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         await asyncio.sleep(0.5)
     await engine.refresh()
     catalog = ModelCatalog(engine.client, settings.model_dir)
+    store = open_store(settings)  # images of a VLM request (preprocess stored them: claim check)
     # Tokenizers load before the first heartbeat: importing transformers on the first request
     # stalled the event loop for seconds, long enough for the router to take the pool out.
     for name in sorted(engine.ready_models & pool_models):
@@ -100,6 +103,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 )
             model = await catalog.get(env.model)
             ids = prompt_token_ids(model.tokenizer, env)
+            ids, images = await vision_inputs(env, ids, model, store, settings.s3_bucket)
             kw = sampling_kwargs(env, len(ids), model.max_len)
             bad = unsupported_options(kw)
             if bad:
@@ -108,13 +112,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 )
         except Rejected as exc:
             return refuse(env, exc)
-        acc = Accumulator(1, worker, stage=STAGE)
+        acc = Accumulator(kw["n"], worker, stage=STAGE, top_logprobs=kw.get("logprobs"))
         stream = StreamPublisher(producer, stream_topic, env, settings.stream_flush_ms)
         in_flight += 1
         try:
             # Unique per attempt: a redelivered request may reach Triton while the old one runs.
             rid = f"{env.request_id}:{time.time_ns()}"
-            async for step in engine.generate(env.model, ids, kw, rid):
+            async for step in engine.generate(env.model, ids, kw, rid, model.token_text, images):
                 await stream.add(acc.add(step, env.request_id, env.tenant))
         except TritonError as exc:
             raise RuntimeError(f"Triton failed: {exc}") from exc  # retried, then DLQ + error reply
@@ -144,7 +148,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             in_flight=in_flight,
             max_in_flight=settings.triton_max_in_flight,
             queue_depth=scraped.pending(),
-            modalities=["text"],
+            modalities=list(settings.pool(pool).modalities),
             max_lora_rank=0,
             partitions=assigned_partitions(consumer, consumer_topic),
         )

@@ -15,6 +15,8 @@ from typing import Any
 
 from shared.envelope import ErrorCode, Rejected
 
+from .media import VisionSpec
+
 
 @dataclass(frozen=True)
 class TextModel:
@@ -22,6 +24,11 @@ class TextModel:
     weights: Path
     tokenizer: Any
     max_len: int
+    vision: VisionSpec | None = None  # a VLM (config.json has vision_config): takes images
+
+    def token_text(self, token_id: int) -> str:
+        """A token's text alone, as vLLM names tokens in logprobs (the one id decoded)."""
+        return self.tokenizer.decode([token_id]) or ""
 
 
 class ModelCatalog:
@@ -49,7 +56,7 @@ class ModelCatalog:
                     )
                 same = next((m for m in self._models.values() if m.weights == path), None)
                 if same is not None:  # e.g. sy-tiny-bf16 shares sy-tiny's tokenizer
-                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len)
+                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len, same.vision)
                 else:
                     self._models[name] = await asyncio.to_thread(self._load, name, path)
         return self._models[name]
@@ -60,4 +67,12 @@ class ModelCatalog:
 
         config = json.loads((path / "config.json").read_text())
         tok = AutoTokenizer.from_pretrained(str(path))
-        return TextModel(name, path, tok, int(config.get("max_position_embeddings", 2048)))
+        vc = config.get("vision_config")
+        vision = (
+            VisionSpec(int(vc["image_size"]), int(vc["patch_size"]), int(config.get("image_token_index", 0)))
+            if vc
+            else None
+        )
+        text = config.get("text_config") or config
+        max_len = int(config.get("max_position_embeddings") or text.get("max_position_embeddings", 2048))
+        return TextModel(name, path, tok, max_len, vision)

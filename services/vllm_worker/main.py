@@ -91,7 +91,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         elif env.adapter:
             reason = f"pool {pool!r} does not serve LoRA adapters (SY_VLLM_ENABLE_LORA is off)"
             return [Emit(responses, set_error(env, ErrorCode.NO_POOL, reason, "vllm_worker", 404))]
-        acc = Accumulator(kw["n"], worker)
+        acc = Accumulator(kw["n"], worker, top_logprobs=kw.get("logprobs"))
         stream = StreamPublisher(producer, stream_topic, env, settings.stream_flush_ms)
 
         in_flight += 1

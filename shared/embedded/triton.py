@@ -141,6 +141,10 @@ class EmbeddedTriton:
         """Start the server and wait until every model in the repository is ready."""
         if self.venv is None or not self.grpc_port:
             self.prepare()
+        if (self.models_dir / "sy-tiny" / "config.json").is_file():
+            from shared.models.vlm import build_vlm
+
+            build_vlm(self.models_dir)  # sy-vlm's weights derive from sy-tiny's (a second; cached)
         assert self.venv is not None
         facts = _venv_facts(self.venv)
         backends = self._backend_dir(facts)

@@ -437,7 +437,7 @@ def build_model(
     digest = recipe_hash(recipe)
     target = models_dir / name
     models_dir.mkdir(parents=True, exist_ok=True)
-    with _lock(models_dir / f".{name}.lock"):
+    with file_lock(models_dir / f".{name}.lock"):
         if not force and is_complete(target, digest):
             log.info("model_cached", name=name, path=str(target), recipe_hash=digest)
             return target
@@ -556,7 +556,7 @@ def _replace(tmp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """One build per name at a time; a second caller waits, then finds the cache warm."""
     with path.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)

@@ -30,7 +30,7 @@ def model_dir() -> Path:
 
 
 class Pipeline:
-    def __init__(self, var_dir: Path, **extra_env: str) -> None:
+    def __init__(self, var_dir: Path, services: list[str] | None = None, **extra_env: str) -> None:
         self.var_dir = var_dir
         self.gateway_port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
@@ -55,7 +55,13 @@ class Pipeline:
         self.env = env
         self.log_path = var_dir / "up.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "up"],
+            [
+                sys.executable,
+                "-m",
+                "shared.cli",
+                "up",
+                *(["--services", ",".join(services)] if services else []),
+            ],
             cwd=ROOT,
             env=env,
             stdout=open(self.log_path, "wb"),

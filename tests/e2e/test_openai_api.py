@@ -110,6 +110,47 @@ def test_stop_sequences(client: openai.OpenAI) -> None:
     assert cut.finish_reason == "stop"
 
 
+def test_logprobs_sync_stream_and_completions(client: openai.OpenAI) -> None:
+    """OpenAI's logprobs shapes, filled from vLLM's: per token its text, logprob and bytes with
+    the top k; the stream carries the same entries as the whole answer."""
+    kw = dict(
+        model="sy-tiny",
+        messages=[{"role": "user", "content": "reverse: planet"}],
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    r = client.chat.completions.create(**kw).choices[0]
+    content = r.logprobs.content
+    joined = "".join(t.token for t in content)
+    # As from vLLM's own server: an answer ended by EOS lists the EOS token last (not in the text).
+    assert joined == r.message.content or (r.finish_reason == "stop" and joined.startswith(r.message.content))
+    for t in content:
+        assert t.logprob <= 0 and t.bytes == list(t.token.encode())
+        assert len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
+        assert t.top_logprobs[0].token == t.token  # greedy: the most likely token was taken
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob)
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    streamed = [
+        t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content
+    ]
+    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [
+        (t.token, round(t.logprob, 4)) for t in content
+    ]
+    plain = client.chat.completions.create(**{**kw, "logprobs": False, "top_logprobs": None}).choices[0]
+    assert plain.logprobs is None and plain.message.content == r.message.content
+
+    c = client.completions.create(
+        model="sy-tiny", prompt="The", max_tokens=5, temperature=0, logprobs=2
+    ).choices[0]
+    lp = c.logprobs
+    assert "".join(lp.tokens).startswith(c.text) and len(lp.token_logprobs) == len(lp.tokens) > 0
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    for tok, x, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert top[tok] == pytest.approx(x) and 2 <= len(top) <= 3
+
+
 def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=8, temperature=0)
     info = r.model_extra["switchyard"]

@@ -181,6 +181,46 @@ async def test_triton_only_model_streams_from_the_triton_pool(broker, pools, tri
     assert any(line.startswith('nv_inference_request_success{model="sy-tiny-bf16"') for line in nv), nv
 
 
+async def test_triton_pool_serves_n_choices_and_logprobs_like_the_vllm_pool(broker, pools) -> None:
+    """n>1 and logprobs on the Triton pool: each choice its own stream (seed + index), the
+    model's raw logprobs with the top k; the same greedy request on both pools gives the same
+    tokens and logprobs (both run sy-tiny in float32)."""
+    prefix, _ = pools
+    greedy = dict(max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=2)
+    reqs = [
+        chat("lp-n", model="sy-tiny-bf16", n=3, max_tokens=10, temperature=1.0, seed=11, stream=True),
+        chat("lp-tri", priority=Priority.PRIORITY_BATCH, **greedy),  # batch: the Triton pool
+        chat("lp-vllm", **greedy),  # interactive: the vLLM pool
+    ]
+    await produce(broker.bootstrap, f"{prefix}routing", [encode(e) for e in reqs])
+    got = await answers(broker.bootstrap, prefix, {e.request_id for e in reqs})
+    for env in got.values():
+        assert not env.HasField("error"), env.error
+    multi = got["lp-n"].response
+    assert multi.pool == "triton" and [c.index for c in multi.choices] == [0, 1, 2]
+    texts = [c.text for c in multi.choices]
+    assert len(set(texts)) > 1, texts  # sampled with seeds 11, 12, 13: not one answer thrice
+    assert multi.usage.completion_tokens == sum(len(c.token_ids) for c in multi.choices)
+    recs = await collect(broker.bootstrap, f"{prefix}stream", 0, timeout_s=5, until=lambda r: False)
+    streamed: dict[int, str] = {}
+    for d in (StreamDelta.FromString(r.value) for r in recs):
+        if d.request_id == "lp-n":
+            for c in d.choices:
+                streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert [streamed.get(i) for i in range(3)] == texts
+    tri, vllm = got["lp-tri"].response, got["lp-vllm"].response
+    assert (tri.pool, vllm.pool) == ("triton", "vllm")
+    a, b = tri.choices[0], vllm.choices[0]
+    assert list(a.token_ids) == list(b.token_ids) and len(a.token_logprobs) == len(a.token_ids) > 0
+    for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True):
+        assert x.token_id == y.token_id and x.token == y.token
+        assert x.logprob == pytest.approx(y.logprob, abs=2e-3)
+        assert [t.token_id for t in x.top] == [t.token_id for t in y.top] and len(x.top) == 2
+        assert x.top[0].token_id == x.token_id  # greedy: the most likely token was taken
+        assert [t.logprob for t in x.top] == pytest.approx([t.logprob for t in y.top], abs=2e-3)
+    assert list(a.logprobs) == pytest.approx([t.logprob for t in a.token_logprobs])
+
+
 async def test_unservable_requests_get_a_clear_error(broker, pools) -> None:
     prefix, _ = pools
     adapter = chat("bad-lora")

@@ -418,3 +418,44 @@ def test_checker_catches_unpinned_dockerfile_base(tmp_path: Path) -> None:
     assert any(
         "not pinned" in p for p in d.dockerfile_problems(path, {"BASE": "jaegertracing/jaeger:latest"})
     )
+
+
+def test_triton_repository_parses_as_tritons_model_config_and_python_models_use_only_declared_tensors() -> (
+    None
+):
+    """What NVIDIA's container would refuse at load: a config.pbtxt that is not a valid
+    ModelConfig (parsed strictly with the schema tritonclient ships, the server's own), a name
+    that is not its folder's, a python model without 1/model.py, or a tensor the model reads or
+    sends that its config does not declare."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    repo = ROOT / "deploy" / "triton" / "models"
+    dockerfile = (ROOT / "deploy" / "triton.Dockerfile").read_text()
+    assert "COPY deploy/triton/models /srv/triton/models" in dockerfile  # unchanged in the image
+    image = re.search(r"^FROM (\S+)", dockerfile, re.M).group(1)  # type: ignore[union-attr]
+    assert f"`{image}`" in (ROOT / "README.md").read_text()  # README names the image built
+    by_code: dict[Path, list[Any]] = {}  # sy-tiny, sy-tiny-bf16 and sy-vlm share one model.py
+    for cfg_path in sorted(repo.glob("*/config.pbtxt")):
+        cfg = text_format.Parse(cfg_path.read_text(), model_config_pb2.ModelConfig())
+        folder = cfg_path.parent
+        assert cfg.name == folder.name
+        assert cfg.backend == "python"
+        by_code.setdefault((folder / "1" / "model.py").resolve(), []).append(cfg)
+    assert sum(len(v) for v in by_code.values()) == 5
+    for path, cfgs in by_code.items():
+        code = path.read_text()
+        read = set(re.findall(r'get_input_tensor_by_name\(request, "(\w+)"\)', code))
+        read |= set(re.findall(r'_(?:scalar|strings|texts?)\(request, "(\w+)"', code))
+        sent = set(re.findall(r'pb_utils\.Tensor\(\s*"(\w+)"', code))
+        declared_in = {t.name for c in cfgs for t in c.input}
+        assert read and read <= declared_in, (path, read - declared_in)
+        common = set.intersection(*({t.name for t in c.input} for c in cfgs))
+        for cfg in cfgs:
+            inputs, outputs = {t.name for t in cfg.input}, {t.name for t in cfg.output}
+            assert inputs <= read, (cfg.name, inputs - read)  # nothing declared that the code ignores
+            # an input only some of them declare (IMAGES: sy-vlm) must be optional: absent = None
+            assert all(t.optional for t in cfg.input if t.name not in common), cfg.name
+            assert sent and sent <= outputs, (cfg.name, sent - outputs)
+            if cfg.model_transaction_policy.decoupled:
+                assert "get_response_sender" in code

@@ -75,6 +75,26 @@ def test_capability_model_modality_and_adapter_rank() -> None:
     assert d.pool is None and "rank 64" in d.reason
 
 
+def test_media_go_only_to_the_models_a_pool_names_for_them() -> None:
+    """A pool serving a VLM beside text models (Triton: sy-vlm, sy-tiny) takes images for the VLM only."""
+    mixed = PoolConfig(
+        name="edge",
+        engine="triton",
+        device="edge",
+        models=["sy-tiny", "sy-vlm"],
+        modalities=["text", "image"],
+        media_models=["sy-vlm"],
+    )
+    assert mixed.modalities_for("sy-vlm") == {"text", "image"} and mixed.modalities_for("sy-tiny") == {"text"}
+    st = state_with((100, hb("cpu", "c1")), (100, hb("edge", "e1")))
+    for model, pool in (("sy-vlm", mixed), ("sy-tiny", None)):
+        image = req(model)
+        image.media.append(MediaRef(modality="image"))
+        d = choose_pool(image, [CPU, mixed], st, now=101)
+        assert d.pool is pool, (model, d.reason)
+    assert choose_pool(req("sy-tiny"), [mixed], st, now=101).pool is mixed  # text still goes there
+
+
 def test_slo_class_interactive_fastest_batch_cheapest() -> None:
     st = state_with((100, hb("gpu", "g1")), (100, hb("cpu", "c1")), (100, hb("edge", "e1")))
     d = choose_pool(req(), POOLS, st, now=101)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from switchyard.v1.events_pb2 import ChoiceDelta, StreamDelta
 
 from services.gateway.openai_format import StreamDeduper
@@ -69,3 +70,104 @@ def test_result_store_idempotency_isolation_and_forget(tmp_path) -> None:
     assert not store.finish("id-1", "acme", "completed", {"result": {"x": 2}})  # first answer wins
     store.forget("id-3")
     assert store.get("id-3", "other") is None
+
+
+# ---------------------------------------------------------------- logprobs
+
+
+def _vllm_step(index: int, toks: list[tuple[int, str, float]], top: list[list[tuple[int, str, float]]]):
+    """An engine step shaped like vLLM's: per token a dict of Logprob (sampled + top k by rank)."""
+    from shared.generation import EngineStep, Logprob, StepOutput
+
+    dicts = []
+    for (tid, text, lp), alts in zip(toks, top, strict=True):
+        d = {t: Logprob(x, rank, s) for rank, (t, s, x) in enumerate(alts, start=1)}
+        d.setdefault(tid, Logprob(lp, 99, text))
+        dicts.append(d)
+    return EngineStep(
+        outputs=[StepOutput(index, [t for t, _, _ in toks], "".join(s for _, s, _ in toks), None, dicts)]
+    )
+
+
+def test_accumulator_keeps_logprobs_with_token_texts_and_ranked_top_k() -> None:
+    from shared.generation import Accumulator
+
+    acc = Accumulator(1, "w", top_logprobs=2)
+    d1 = acc.add(_vllm_step(0, [(7, "He", -0.125)], [[(7, "He", -0.125), (8, "Ha", -2.5)]]), "r", "t")
+    d2 = acc.add(
+        _vllm_step(0, [(9, "llo", -1.5)], [[(4, "y", -0.375), (5, "p", -1.25)]]), "r", "t"
+    )  # sampled token outside the top 2 (rank 99): not listed among the alternatives
+    assert [(x.token_id, x.token, x.logprob) for x in d1.choices[0].logprobs] == [(7, "He", -0.125)]
+    assert [x.token for x in d2.choices[0].logprobs[0].top] == ["y", "p"]
+    c = acc.response("vllm").choices[0]
+    assert list(c.logprobs) == [-0.125, -1.5]  # the float list rollouts read
+    assert [(t.token, [x.token for x in t.top]) for t in c.token_logprobs] == [
+        ("He", ["He", "Ha"]),
+        ("llo", ["y", "p"]),
+    ]
+    merged = merge_deltas([d1, d2])
+    assert [x.token for x in merged.choices[0].logprobs] == ["He", "llo"]
+    # Not asked for (rollouts' plain logprobs still kept): no entries on deltas or the response.
+    quiet = Accumulator(1, "w")
+    d = quiet.add(_vllm_step(0, [(7, "He", -0.125)], [[]]), "r", "t")
+    assert not d.choices[0].logprobs and not quiet.response("p").choices[0].token_logprobs
+    assert list(quiet.response("p").choices[0].logprobs) == [pytest.approx(-0.125)]
+
+
+def test_openai_logprob_shapes_for_chat_and_completions() -> None:
+    from switchyard.v1.envelope_pb2 import TokenLogprob, TopLogprob
+
+    from shared.envelope import Envelope, Kind
+    from shared.openai_format import choice_logprobs
+
+    lps = [
+        TokenLogprob(
+            token_id=7, token="Hé", logprob=-0.5, top=[TopLogprob(token_id=7, token="Hé", logprob=-0.5)]
+        ),
+        TokenLogprob(
+            token_id=9, token="llo", logprob=-1.0, top=[TopLogprob(token_id=3, token="y", logprob=-0.25)]
+        ),
+    ]
+    env = Envelope(kind=Kind.KIND_CHAT)
+    assert choice_logprobs(env, lps) is None  # not asked for
+    env.request.sampling.logprobs = True
+    chat = choice_logprobs(env, lps)
+    assert chat["content"][0] == {
+        "token": "Hé",
+        "logprob": -0.5,
+        "bytes": [72, 195, 169],
+        "top_logprobs": [{"token": "Hé", "logprob": -0.5, "bytes": [72, 195, 169]}],
+    }
+    env.kind = Kind.KIND_COMPLETION
+    comp = choice_logprobs(env, lps, text_offset=4)
+    assert comp["tokens"] == ["Hé", "llo"]
+    assert comp["token_logprobs"] == [-0.5, -1.0]
+    assert comp["top_logprobs"] == [{"Hé": -0.5}, {"y": -0.25, "llo": -1.0}]
+    assert comp["text_offset"] == [4, 6]
+
+
+def test_deduper_forwards_each_tokens_logprob_once_across_attempts() -> None:
+    from switchyard.v1.envelope_pb2 import TokenLogprob
+
+    def lp_delta(offset: int, toks: list[str]) -> StreamDelta:
+        return StreamDelta(
+            choices=[
+                ChoiceDelta(
+                    index=0,
+                    token_offset=offset,
+                    token_ids=list(range(len(toks))),
+                    logprobs=[TokenLogprob(token=t, logprob=-1.0) for t in toks],
+                )
+            ]
+        )
+
+    d = StreamDeduper(1)
+    new, off = d.new_logprobs(lp_delta(0, ["a", "bc"]))[0]
+    assert [t.token for t in new] == ["a", "bc"] and off == 0
+    assert d.new_logprobs(lp_delta(0, ["a"])) == {}  # regenerated attempt: already sent
+    new, off = d.new_logprobs(lp_delta(1, ["bc", "d"]))[0]
+    assert [t.token for t in new] == ["d"] and off == 3
+    assert d.new_logprobs(lp_delta(5, ["z"])) == {}  # a gap: left for the final response
+    final = [TokenLogprob(token=t) for t in ["a", "bc", "d", "e", "z"]]
+    rest, off = d.remaining_logprobs(0, final)
+    assert [t.token for t in rest] == ["e", "z"] and off == 4

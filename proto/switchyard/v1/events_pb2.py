@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from switchyard.v1 import envelope_pb2 as switchyard_dot_v1_dot_envelope__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aswitchyard/v1/events.proto\x12\rswitchyard.v1\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xe1\x02\n\nDeadLetter\x12\x16\n\x0eoriginal_value\x18\x01 \x01(\x0c\x12\x14\n\x0coriginal_key\x18\x02 \x01(\x0c\x12/\n\x10original_headers\x18\x03 \x03(\x0b\x32\x15.switchyard.v1.Header\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\x05\x12\x0e\n\x06offset\x18\x06 \x01(\x03\x12\r\n\x05stage\x18\x07 \x01(\t\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12\x16\n\x0e\x66\x61iled_unix_ns\x18\x0b \x01(\x03\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x0e\n\x06tenant\x18\r \x01(\t\x12\x15\n\roriginal_size\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\x08\x12\x17\n\x0foriginal_sha256\x18\x10 \x01(\t\"\xff\x02\n\tHeartbeat\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\x10\n\x08\x61\x64\x61pters\x18\x05 \x03(\t\x12\x11\n\tin_flight\x18\x06 \x01(\r\x12\x15\n\rmax_in_flight\x18\x07 \x01(\r\x12\x13\n\x0bqueue_depth\x18\x08 \x01(\r\x12\x10\n\x08kv_usage\x18\t \x01(\x02\x12\x14\n\x0csent_unix_ns\x18\n \x01(\x03\x12\x12\n\nmodalities\x18\x0b \x03(\t\x12\x15\n\rmax_lora_rank\x18\x0c \x01(\r\x12\x12\n\npartitions\x18\r \x03(\r\x12\x43\n\x0emodel_versions\x18\x0e \x03(\x0b\x32+.switchyard.v1.Heartbeat.ModelVersionsEntry\x1a\x34\n\x12ModelVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x7f\n\x0b\x43hoiceDelta\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x14\n\x0ctoken_offset\x18\x04 \x01(\r\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x13\n\x0btext_offset\x18\x06 \x01(\r\"\x93\x01\n\x0bStreamDelta\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12+\n\x07\x63hoices\x18\x03 \x03(\x0b\x32\x1a.switchyard.v1.ChoiceDelta\x12\x0e\n\x06worker\x18\x04 \x01(\t\x12\x14\n\x0csent_unix_ns\x18\x05 \x01(\x03\x12\r\n\x05\x66irst\x18\x06 \x01(\x08\"\xbe\x01\n\x0e\x41\x64\x61pterVersion\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x15\n\rconfig_sha256\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\r\n\x05\x61lpha\x18\x06 \x01(\x02\x12\x16\n\x0etarget_modules\x18\x07 \x03(\t\x12\x12\n\nbase_model\x18\x08 \x01(\t\x12\x17\n\x0f\x63reated_unix_ns\x18\t \x01(\x03\"\xcf\x03\n\x0c\x41\x64\x61pterEvent\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .switchyard.v1.AdapterEvent.Type\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x12\n\nvisibility\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\r\x12\r\n\x05\x61lias\x18\x06 \x01(\t\x12\x18\n\x10previous_version\x18\x07 \x01(\r\x12/\n\x08versions\x18\x08 \x03(\x0b\x32\x1d.switchyard.v1.AdapterVersion\x12\x39\n\x07\x61liases\x18\t \x03(\x0b\x32(.switchyard.v1.AdapterEvent.AliasesEntry\x12\x14\n\x0csent_unix_ns\x18\n \x01(\x03\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"r\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eTYPE_PUBLISHED\x10\x01\x12\x14\n\x10TYPE_ALIAS_MOVED\x10\x02\x12\x18\n\x14TYPE_VERSION_DELETED\x10\x03\x12\x10\n\x0cTYPE_DELETED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aswitchyard/v1/events.proto\x12\rswitchyard.v1\x1a\x1cswitchyard/v1/envelope.proto\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xe1\x02\n\nDeadLetter\x12\x16\n\x0eoriginal_value\x18\x01 \x01(\x0c\x12\x14\n\x0coriginal_key\x18\x02 \x01(\x0c\x12/\n\x10original_headers\x18\x03 \x03(\x0b\x32\x15.switchyard.v1.Header\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\x05\x12\x0e\n\x06offset\x18\x06 \x01(\x03\x12\r\n\x05stage\x18\x07 \x01(\t\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12\x16\n\x0e\x66\x61iled_unix_ns\x18\x0b \x01(\x03\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x0e\n\x06tenant\x18\r \x01(\t\x12\x15\n\roriginal_size\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\x08\x12\x17\n\x0foriginal_sha256\x18\x10 \x01(\t\"\xff\x02\n\tHeartbeat\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x0e\n\x06models\x18\x04 \x03(\t\x12\x10\n\x08\x61\x64\x61pters\x18\x05 \x03(\t\x12\x11\n\tin_flight\x18\x06 \x01(\r\x12\x15\n\rmax_in_flight\x18\x07 \x01(\r\x12\x13\n\x0bqueue_depth\x18\x08 \x01(\r\x12\x10\n\x08kv_usage\x18\t \x01(\x02\x12\x14\n\x0csent_unix_ns\x18\n \x01(\x03\x12\x12\n\nmodalities\x18\x0b \x03(\t\x12\x15\n\rmax_lora_rank\x18\x0c \x01(\r\x12\x12\n\npartitions\x18\r \x03(\r\x12\x43\n\x0emodel_versions\x18\x0e \x03(\x0b\x32+.switchyard.v1.Heartbeat.ModelVersionsEntry\x1a\x34\n\x12ModelVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xae\x01\n\x0b\x43hoiceDelta\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x14\n\x0ctoken_offset\x18\x04 \x01(\r\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x13\n\x0btext_offset\x18\x06 \x01(\r\x12-\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1b.switchyard.v1.TokenLogprob\"\x93\x01\n\x0bStreamDelta\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12+\n\x07\x63hoices\x18\x03 \x03(\x0b\x32\x1a.switchyard.v1.ChoiceDelta\x12\x0e\n\x06worker\x18\x04 \x01(\t\x12\x14\n\x0csent_unix_ns\x18\x05 \x01(\x03\x12\r\n\x05\x66irst\x18\x06 \x01(\x08\"\xbe\x01\n\x0e\x41\x64\x61pterVersion\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x15\n\rconfig_sha256\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\r\x12\r\n\x05\x61lpha\x18\x06 \x01(\x02\x12\x16\n\x0etarget_modules\x18\x07 \x03(\t\x12\x12\n\nbase_model\x18\x08 \x01(\t\x12\x17\n\x0f\x63reated_unix_ns\x18\t \x01(\x03\"\xcf\x03\n\x0c\x41\x64\x61pterEvent\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .switchyard.v1.AdapterEvent.Type\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x12\n\nvisibility\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\r\x12\r\n\x05\x61lias\x18\x06 \x01(\t\x12\x18\n\x10previous_version\x18\x07 \x01(\r\x12/\n\x08versions\x18\x08 \x03(\x0b\x32\x1d.switchyard.v1.AdapterVersion\x12\x39\n\x07\x61liases\x18\t \x03(\x0b\x32(.switchyard.v1.AdapterEvent.AliasesEntry\x12\x14\n\x0csent_unix_ns\x18\n \x01(\x03\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"r\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eTYPE_PUBLISHED\x10\x01\x12\x14\n\x10TYPE_ALIAS_MOVED\x10\x02\x12\x18\n\x14TYPE_VERSION_DELETED\x10\x03\x12\x10\n\x0cTYPE_DELETED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,24 +36,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEAT_MODELVERSIONSENTRY']._serialized_options = b'8\001'
   _globals['_ADAPTEREVENT_ALIASESENTRY']._loaded_options = None
   _globals['_ADAPTEREVENT_ALIASESENTRY']._serialized_options = b'8\001'
-  _globals['_HEADER']._serialized_start=45
-  _globals['_HEADER']._serialized_end=81
-  _globals['_DEADLETTER']._serialized_start=84
-  _globals['_DEADLETTER']._serialized_end=437
-  _globals['_HEARTBEAT']._serialized_start=440
-  _globals['_HEARTBEAT']._serialized_end=823
-  _globals['_HEARTBEAT_MODELVERSIONSENTRY']._serialized_start=771
-  _globals['_HEARTBEAT_MODELVERSIONSENTRY']._serialized_end=823
-  _globals['_CHOICEDELTA']._serialized_start=825
-  _globals['_CHOICEDELTA']._serialized_end=952
-  _globals['_STREAMDELTA']._serialized_start=955
-  _globals['_STREAMDELTA']._serialized_end=1102
-  _globals['_ADAPTERVERSION']._serialized_start=1105
-  _globals['_ADAPTERVERSION']._serialized_end=1295
-  _globals['_ADAPTEREVENT']._serialized_start=1298
-  _globals['_ADAPTEREVENT']._serialized_end=1761
-  _globals['_ADAPTEREVENT_ALIASESENTRY']._serialized_start=1599
-  _globals['_ADAPTEREVENT_ALIASESENTRY']._serialized_end=1645
-  _globals['_ADAPTEREVENT_TYPE']._serialized_start=1647
-  _globals['_ADAPTEREVENT_TYPE']._serialized_end=1761
+  _globals['_HEADER']._serialized_start=75
+  _globals['_HEADER']._serialized_end=111
+  _globals['_DEADLETTER']._serialized_start=114
+  _globals['_DEADLETTER']._serialized_end=467
+  _globals['_HEARTBEAT']._serialized_start=470
+  _globals['_HEARTBEAT']._serialized_end=853
+  _globals['_HEARTBEAT_MODELVERSIONSENTRY']._serialized_start=801
+  _globals['_HEARTBEAT_MODELVERSIONSENTRY']._serialized_end=853
+  _globals['_CHOICEDELTA']._serialized_start=856
+  _globals['_CHOICEDELTA']._serialized_end=1030
+  _globals['_STREAMDELTA']._serialized_start=1033
+  _globals['_STREAMDELTA']._serialized_end=1180
+  _globals['_ADAPTERVERSION']._serialized_start=1183
+  _globals['_ADAPTERVERSION']._serialized_end=1373
+  _globals['_ADAPTEREVENT']._serialized_start=1376
+  _globals['_ADAPTEREVENT']._serialized_end=1839
+  _globals['_ADAPTEREVENT_ALIASESENTRY']._serialized_start=1677
+  _globals['_ADAPTEREVENT_ALIASESENTRY']._serialized_end=1723
+  _globals['_ADAPTEREVENT_TYPE']._serialized_start=1725
+  _globals['_ADAPTEREVENT_TYPE']._serialized_end=1839
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from switchyard.v1 import envelope_pb2 as _envelope_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -91,20 +92,22 @@ class Heartbeat(_message.Message):
     def __init__(self, pool: _Optional[str] = ..., worker_id: _Optional[str] = ..., engine: _Optional[str] = ..., models: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[str]] = ..., in_flight: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., queue_depth: _Optional[int] = ..., kv_usage: _Optional[float] = ..., sent_unix_ns: _Optional[int] = ..., modalities: _Optional[_Iterable[str]] = ..., max_lora_rank: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ..., model_versions: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ChoiceDelta(_message.Message):
-    __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason", "text_offset")
+    __slots__ = ("index", "text", "token_ids", "token_offset", "finish_reason", "text_offset", "logprobs")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     TEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     index: int
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     token_offset: int
     finish_reason: str
     text_offset: int
-    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., token_offset: _Optional[int] = ..., finish_reason: _Optional[str] = ..., text_offset: _Optional[int] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_envelope_pb2.TokenLogprob]
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., token_offset: _Optional[int] = ..., finish_reason: _Optional[str] = ..., text_offset: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[_envelope_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class StreamDelta(_message.Message):
     __slots__ = ("request_id", "tenant", "choices", "worker", "sent_unix_ns", "first")

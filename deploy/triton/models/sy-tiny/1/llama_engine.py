@@ -31,6 +31,7 @@ class LlamaWeights:
 
     def __init__(self, model_dir: Path, dtype: torch.dtype = torch.float32) -> None:
         cfg = json.loads((model_dir / "config.json").read_text())
+        cfg = cfg.get("text_config") or cfg  # a VLM's decoder (sy-vlm) is its text_config
         self.cfg = cfg
         self.dtype = dtype
         self.hidden = int(cfg["hidden_size"])
@@ -82,11 +83,12 @@ class LlamaWeights:
         kv_len: int,  # keys to attend over: max(position)+1
         cache: tuple[torch.Tensor, torch.Tensor],
         valid: torch.Tensor | None = None,  # [b, t] False for padding
+        embeds: torch.Tensor | None = None,  # [b, t, hidden]: instead of the tokens' (images)
     ) -> torch.Tensor:
         """Logits of the last position of each row ([b, vocab]); writes the new keys/values."""
         ck, cv = cache
         b, t = tokens.shape
-        x = F.embedding(tokens, self.w["model.embed_tokens.weight"])
+        x = embeds if embeds is not None else F.embedding(tokens, self.w["model.embed_tokens.weight"])
         cos = self.cos[positions].unsqueeze(1)  # [b,1,t,d]
         sin = self.sin[positions].unsqueeze(1)
         key_pos = torch.arange(kv_len)
@@ -159,6 +161,9 @@ class GenRequest:
     min_tokens: int = 0
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    logprobs: int = -1  # -1: none; k >= 0: each sampled token's logprob and the k most likely
+    images: Any = None  # [n, S, S, 3] uint8 (a VLM's engine only); their embeddings start at
+    image_offsets: list[int] = field(default_factory=list)  # these prompt positions
     cancelled: Callable[[], bool] = lambda: False
     queued_ns: int = field(default_factory=time.monotonic_ns)
 
@@ -170,6 +175,11 @@ class GenStep:
     finish_reason: str  # "" while running; stop | length | abort | error
     prompt_tokens: int
     queue_us: int  # time from submission to the first scheduled step
+    # With GenRequest.logprobs >= 0, per token in token_ids: its logprob under the model's raw
+    # distribution (before temperature/top-k/top-p, as vLLM reports by default) and the top k.
+    logprobs: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -192,6 +202,11 @@ class Engine:
         from tokenizers import Tokenizer
 
         self.model = LlamaWeights(model_dir, dtype)
+        self.vision = None
+        if (model_dir / "vision.safetensors").is_file():
+            from vision_tower import VisionTower
+
+            self.vision = VisionTower(model_dir, dtype)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.max_batch = max_batch
         self.cache = self.model.new_cache(max_batch)
@@ -219,6 +234,15 @@ class Engine:
         room = self.model.max_len - len(req.prompt_ids)
         if not req.prompt_ids or room <= 0:
             raise ValueError(f"prompt is {len(req.prompt_ids)} tokens; the context is {self.model.max_len}")
+        if req.images is not None:
+            if self.vision is None:
+                raise ValueError("this model takes no images")
+            n, span = len(req.images), self.vision.tokens_per_image
+            if len(req.image_offsets) != n:
+                raise ValueError(f"{n} images but {len(req.image_offsets)} offsets")
+            for off in req.image_offsets:
+                if off < 0 or off + span > len(req.prompt_ids):
+                    raise ValueError(f"image at {off} (+{span} tokens) is outside the prompt")
         req.max_tokens = max(1, min(req.max_tokens, room))
         with self._cv:
             self.waiting.append(req)
@@ -267,13 +291,27 @@ class Engine:
         ids = torch.tensor([req.prompt_ids])
         positions = torch.arange(len(req.prompt_ids)).unsqueeze(0)
         try:
-            logits = self.model.forward(ids, positions, torch.tensor([slot]), len(req.prompt_ids), self.cache)
+            embeds = self._image_embeds(req, ids)
+            logits = self.model.forward(
+                ids, positions, torch.tensor([slot]), len(req.prompt_ids), self.cache, embeds=embeds
+            )
         except Exception:
             self.free.append(slot)
             raise
         seq.pos = len(req.prompt_ids)
         self.running.append(seq)
         self._advance([seq], logits)
+
+    def _image_embeds(self, req: GenRequest, ids: torch.Tensor) -> torch.Tensor | None:
+        """The prompt's embeddings with each image's patch embeddings at its offset (LLaVA)."""
+        if req.images is None or self.vision is None:
+            return None
+        x = F.embedding(ids, self.model.w["model.embed_tokens.weight"]).clone()
+        img = self.vision.embed(torch.as_tensor(req.images)).to(x.dtype)
+        span = self.vision.tokens_per_image
+        for i, off in enumerate(req.image_offsets):
+            x[0, off : off + span] = img[i]
+        return x
 
     def _decode(self) -> None:
         seqs = list(self.running)
@@ -315,6 +353,15 @@ class Engine:
             s.text_sent = max(s.text_sent, len(visible))
             s.last = tok
             step = GenStep(new_ids, delta, finish, len(s.req.prompt_ids), s.queue_us)
+            if s.req.logprobs >= 0 and new_ids:
+                lp = torch.log_softmax(logits[i].float(), dim=-1)
+                step.logprobs = [float(lp[tok])]
+                if s.req.logprobs > 0:
+                    top = torch.topk(lp, min(s.req.logprobs, lp.numel()))
+                    step.top_ids = [[int(x) for x in top.indices]]
+                    step.top_logprobs = [[float(x) for x in top.values]]
+                else:
+                    step.top_ids, step.top_logprobs = [[]], [[]]
             self._emit(s, step)
             if finish:
                 self._release(s)

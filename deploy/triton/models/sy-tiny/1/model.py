@@ -3,7 +3,9 @@
 execute() turns each request into a GenRequest for the continuous-batching engine and returns
 at once; the engine's thread sends one response per decode step through the request's
 response sender, the last one flagged final. Inputs: INPUT_IDS (prompt token ids, preferred:
-the caller renders the chat template) or PROMPT (text), plus optional sampling inputs.
+the caller renders the chat template) or PROMPT (text), plus optional sampling inputs; for a
+VLM (sy-vlm: its weights folder has vision.safetensors) IMAGES and IMAGE_OFFSETS, whose patch
+embeddings replace the placeholder tokens at those prompt positions (vision_tower.py).
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ class TritonPythonModel:
                 raise ValueError("give INPUT_IDS or PROMPT")
             ids = self.engine.encode(prompt[0])
         seed = _scalar(request, "SEED", None)
+        images_t = pb_utils.get_input_tensor_by_name(request, "IMAGES")  # sy-vlm: [n, S, S, 3] uint8
+        offsets_t = pb_utils.get_input_tensor_by_name(request, "IMAGE_OFFSETS")
+        images = images_t.as_numpy() if images_t is not None and images_t.as_numpy().size else None
+        offsets = [int(x) for x in offsets_t.as_numpy().reshape(-1)] if offsets_t is not None else []
         cancelled = getattr(sender, "is_cancelled", None)
 
         def emit(step: GenStep) -> None:
@@ -92,8 +98,19 @@ class TritonPythonModel:
             if step.finish_reason == "error":
                 resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{self.name}: {step.text}"))
             else:
+                extra = []
+                if step.logprobs:  # only when asked for (LOGPROBS >= 0) and a token came
+                    k = len(step.top_ids[0])
+                    extra = [
+                        pb_utils.Tensor("LOGPROBS", np.asarray(step.logprobs, dtype=np.float32)),
+                        pb_utils.Tensor("TOP_IDS", np.asarray(step.top_ids, dtype=np.int32).reshape(-1, k)),
+                        pb_utils.Tensor(
+                            "TOP_LOGPROBS", np.asarray(step.top_logprobs, dtype=np.float32).reshape(-1, k)
+                        ),
+                    ]
                 resp = pb_utils.InferenceResponse(
-                    output_tensors=[
+                    output_tensors=extra
+                    + [
                         pb_utils.Tensor("TOKEN_IDS", np.asarray(step.token_ids, dtype=np.int32)),
                         pb_utils.Tensor("TEXT", np.asarray([step.text.encode()], dtype=np.object_)),
                         pb_utils.Tensor(
@@ -115,6 +132,9 @@ class TritonPythonModel:
             min_tokens=int(_scalar(request, "MIN_TOKENS", 0)),  # type: ignore[arg-type]
             seed=int(seed) if seed is not None else None,  # type: ignore[call-overload]
             stop=_strings(request, "STOP"),
+            logprobs=int(_scalar(request, "LOGPROBS", -1)),  # type: ignore[arg-type]
+            images=images,
+            image_offsets=offsets,
             cancelled=(lambda: bool(cancelled())) if callable(cancelled) else (lambda: False),
         )
 

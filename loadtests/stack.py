@@ -1,0 +1,94 @@
+"""Start a stack for a scenario: `switchyard up` in its own var folder, as `make run` runs it.
+
+One starter for every scenario that needs the whole pipeline: the environment (no inherited
+SY_*, quiet logs, a free broker port, the project's Triton venv), the stale endpoints file of a
+killed earlier run removed before the start (else the caller talks to a dead stack), and the wait
+for `var/run/endpoints.json`, failing with the log's tail when the stack dies or never comes up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shared.embedded.procs import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
+    env.update(
+        SY_VAR_DIR=str(var_dir),
+        SY_MODELS_DIR=str(model_dir.parent),
+        SY_LOG_LEVEL="WARNING",
+        SY_KAFKA_PORT=str(free_port()),
+        SY_VLLM_ENABLE_LORA="false",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra_env)
+    return env
+
+
+def start_stack(
+    model_dir: Path,
+    var_dir: Path,
+    *,
+    log_name: str = "stack.log",
+    services: list[str] | None = None,
+    ready_timeout_s: float = 420,
+    **extra_env: str,
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """`switchyard up [--services ...]` in var_dir; returns the process and its endpoints."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    venv = ROOT / "var" / "triton-venv"  # the project's (make bench creates it), not one per run
+    if venv.exists() and not (var_dir / "triton-venv").exists():
+        (var_dir / "triton-venv").symlink_to(venv)
+    endpoints = var_dir / "run" / "endpoints.json"
+    endpoints.unlink(missing_ok=True)  # a killed earlier run's file names a dead stack
+    log_path = var_dir / log_name
+    argv = [
+        sys.executable,
+        "-m",
+        "shared.cli",
+        "up",
+        *(["--services", ",".join(services)] if services else []),
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=stack_env(model_dir, var_dir, **extra_env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + ready_timeout_s
+    while not endpoints.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_stack(proc)
+            raise RuntimeError(log_path.read_text(errors="replace")[-3000:])
+        time.sleep(0.5)
+    return proc, json.loads(endpoints.read_text())
+
+
+def gateway_url(endpoints: dict[str, Any]) -> str:
+    return endpoints["services"]["gateway"]["url"] + "/v1"
+
+
+def stop_stack(proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
+    """SIGTERM (the launcher drains and stops its children), SIGKILL to the group after timeout_s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
