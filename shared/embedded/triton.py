@@ -157,7 +157,7 @@ class EmbeddedTriton:
             SY_MODELS_DIR=str(self.models_dir),
             HF_HUB_OFFLINE="1",
             TRANSFORMERS_OFFLINE="1",
-            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))),
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(min(4, len(os.sched_getaffinity(0))))),
         )
         argv = [
             str(binary),

@@ -12,8 +12,10 @@ import time
 
 import httpx
 import openai
+import psutil
 import pytest
 
+from shared.cpus import plan
 from shared.models import tasks
 from tests.helpers.kafka import ROOT
 from tests.helpers.reliability import record
@@ -378,6 +380,36 @@ def serving_again(pipeline, timeout_s: float = 240) -> None:  # type: ignore[no-
     raise TimeoutError("the pipeline did not serve again")
 
 
+@pytest.mark.skipif(plan("auto") is None, reason="no engine/services split on a GPU or one-core host")
+def test_engine_has_cores_of_its_own(pipeline) -> None:
+    """After the SIGKILL above the worker was restarted: its engine again binds the engine's
+    cores, and every other process of the stack (the worker's own front end included) stays on
+    the others (shared/cpus.py)."""
+    split = plan("auto")
+    assert split is not None
+    procs = psutil.Process(pipeline.proc.pid).children(recursive=True) + [psutil.Process(pipeline.proc.pid)]
+    engines = [p for p in procs if "EngineCor" in p.name()]  # vLLM's title (setproctitle)
+    assert len(engines) == 1, [p.name() for p in procs]
+    assert set(engines[0].cpu_affinity()) <= split.engine  # its OpenMP master thread
+    others = [p for p in procs if p not in engines]
+    assert any(
+        p.name().startswith("tansu") or "services.vllm_worker" in " ".join(p.cmdline()) for p in others
+    )
+    wrong = []
+    for p in others:
+        try:
+            cmd = " ".join(p.cmdline()[:4])
+            for t in p.threads():
+                try:
+                    if not set(os.sched_getaffinity(t.id)) <= split.services:
+                        wrong.append((cmd, t.id, os.sched_getaffinity(t.id)))
+                except ProcessLookupError:  # the thread ended meanwhile
+                    pass
+        except psutil.NoSuchProcess:
+            pass
+    assert not wrong, wrong
+
+
 def test_metrics_of_every_service_parse_and_name_the_series(pipeline) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -492,6 +524,7 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
             "stream_options": {"include_usage": True},
         }
         text, r = [], results[i]
+        arrived: list[float] = r.setdefault("arrived", [])
         try:
             with httpx.stream(
                 "POST", pipeline.base_url + "/chat/completions", json=body, headers=AUTH_A, timeout=60
@@ -506,6 +539,7 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
                     for c in chunk.get("choices", []):
                         if c["delta"].get("content"):
                             text.append(c["delta"]["content"])
+                            arrived.append(time.monotonic())
                             first_token[i].set()
                         if c.get("finish_reason"):
                             r["finish_reason"] = c["finish_reason"]
@@ -542,8 +576,10 @@ def test_sigterm_drains_open_requests_and_the_stack_exits_within_the_bound(pipel
     for r in results:  # every open request answered in full, none cut off
         assert r.get("status") == 200 and "error" not in r, results
         assert r.get("completion_tokens") == tokens and r.get("finish_reason") == "length", results
-    # The streams were still generating at SIGTERM: what was drained was real work.
-    assert all(r["ended"] > t0 + 0.2 for r in results), [r["ended"] - t0 for r in results]
+    # The streams were still generating at SIGTERM: what was drained was real work (text that
+    # reached the client after the signal; not a time, which depends on the machine's speed).
+    after = [sum(1 for t in r["arrived"] if t > t0) for r in results]
+    assert all(a >= 1 for a in after), after
     assert refused is not None, "a request during the drain is refused"
     assert refused.json()["error"]["code"] == "draining" and refused.headers["retry-after"] == "1"
     # 5 s per service's drain, run side by side, then the broker: well inside the launcher's
