@@ -14,7 +14,7 @@ COPY proto ./proto
 # beyond it, at the pins of pyproject.toml (tests/unit/test_deploy.py checks both lists against
 # the worker's imports). protobuf is pinned because the generated code needs a runtime at least
 # as new as its generator.
-# base image provides: vllm torch httpx pydantic safetensors starlette uvicorn fastapi
+# base image provides: vllm torch httpx pydantic safetensors starlette uvicorn fastapi psutil
 RUN pip install --no-deps . && pip install \
     "aiokafka==0.14.0" \
     "protobuf==6.33.6" \

@@ -56,6 +56,7 @@ OPTIONAL_UNSET = {
     "triton_metrics_url",  # default: http://<SY_TRITON_URL host>:8002/metrics
     "cache_embed_triton_url",  # unset: the cache embeds in-process
     "router_stale_after_s",  # default: 3 heartbeat intervals
+    "frontend_cpus",  # only `switchyard up` sets it; a pod gets its CPUs from Kubernetes
 }
 # Settings with a default that only suits one machine: loopback addresses, the local API key and
 # internal token, a relative state directory.
