@@ -1,7 +1,7 @@
 """pipeline-vs-engine: the same streaming workload (a) against vLLM's AsyncLLM called in-process,
 (b) against vLLM's own OpenAI server and (c) through Switchyard's gateway (Kafka hops, stages,
 worker) — the whole stack as `make run` starts it, then (d) only the services a chat request
-crosses, then (e) the whole stack with SY_ENGINE_CPUS=off — one after the other in one run, all
+crosses, then (e) the whole stack with SY_SERVICE_CPUS=off — one after the other in one run, all
 with the worker's engine flags (LoRA off on every side: the lora-scaling scenario measures LoRA).
 
 Reports tokens/s and their ratio, TTFT p50/p99, the TTFT Switchyard adds over the in-process
@@ -254,7 +254,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
 
     # The whole stack again without giving the engine cores of its own (README: the engine's own
     # cores): what the split is worth, measured in the same run.
-    proc, url = start_pipeline(model_dir, var_dir, SY_ENGINE_CPUS="off")
+    proc, url = start_pipeline(model_dir, var_dir, SY_SERVICE_CPUS="off")
     try:
         unpinned = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
     finally:
@@ -284,7 +284,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "tokens_per_s_ratio_vs_asyncllm": round(p["tokens_per_s"] / d["tokens_per_s"], 3),
             "added_ttft_p50_ms_vs_asyncllm": round(p["ttft_p50_ms"] - d["ttft_p50_ms"], 2),
         }
-        row["engine_cpus_off"] = {
+        row["service_cpus_off"] = {
             "tokens_per_s_ratio_vs_asyncllm": round(u["tokens_per_s"] / d["tokens_per_s"], 3),
             "added_ttft_p50_ms_vs_asyncllm": round(u["ttft_p50_ms"] - d["ttft_p50_ms"], 2),
         }
@@ -295,7 +295,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "vllm_openai_server": engine,
         "switchyard": ours,
         "switchyard_serving_path_only": {"services": SERVING_PATH, "levels": path_only},
-        "switchyard_engine_cpus_off": unpinned,
+        "switchyard_service_cpus_off": unpinned,
         "comparison": comparison,
         "summary": comparison,
     }

@@ -306,10 +306,10 @@ class Settings(BaseSettings):
     vllm_max_cpu_loras: int = Field(
         default=16, ge=1, description="Adapters the engine keeps loaded in host memory"
     )
-    engine_cpus: str = Field(
+    service_cpus: str = Field(
         default="auto",
-        description='`switchyard up` on a CPU host: cores for the vLLM engine alone ("0-11"); every other process '
-        "gets the rest. auto: all but the last quarter (at least one) when there is no GPU; off: no pinning",
+        description="`switchyard up` on a CPU host keeps every process but the vLLM engine on these cores "
+        '("3" or "12-15"); auto: the last quarter (at least one) when there is no GPU; off: no pinning',
     )
     frontend_cpus: str | None = Field(
         default=None,

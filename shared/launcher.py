@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
-from shared.cpus import CpuPlan, pin_process, plan
+from shared.cpus import format_cpus, pin_process, service_cpus
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
@@ -102,21 +102,21 @@ class Launcher:
         self._stop_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stop")
         self._out = out or sys.stdout
         self.logs_dir = settings.var_dir / "run" / "logs"
-        # The engine's cores (shared/cpus.py): only when a vLLM worker runs here and the user has
-        # not bound vLLM's threads by hand.
-        self.cpu_plan: CpuPlan | None = None
-        if "vllm_worker" in self.names and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-            self.cpu_plan = plan(settings.engine_cpus)
+        # Cores for everything but the vLLM engine (shared/cpus.py), when a vLLM worker runs here.
+        self.all_cpus = frozenset(os.sched_getaffinity(0))
+        self.service_cpus: frozenset[int] | None = None
+        if "vllm_worker" in self.names:
+            self.service_cpus = service_cpus(settings.service_cpus, self.all_cpus)
 
     def pin_cpus(self) -> None:
         """Move the launcher onto the services' cores, so the broker, Milvus, Triton and every
         service inherit them; the vLLM worker is widened again at its start (see _spawn)."""
-        if self.cpu_plan is None:
+        if self.service_cpus is None:
             return
-        pin_process(self.cpu_plan.services)
+        pin_process(self.service_cpus)
         self.say(
-            f"cpus: vLLM engine on {self.cpu_plan.engine_bind()}, everything else on "
-            f"{self.cpu_plan.services_list()} (SY_ENGINE_CPUS)"
+            f"cpus: everything but the vLLM engine on {format_cpus(self.service_cpus)} of "
+            f"{format_cpus(self.all_cpus)} (SY_SERVICE_CPUS)"
         )
 
     def say(self, line: str) -> None:
@@ -219,9 +219,8 @@ class Launcher:
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
             env.setdefault("SY_REGISTRY_URL", f"http://{self.s.health_host}:{reg}")
-        if name == "vllm_worker" and self.cpu_plan is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_plan.engine_bind()
-            env["SY_FRONTEND_CPUS"] = self.cpu_plan.services_list()
+        if name == "vllm_worker" and self.service_cpus is not None:
+            env["SY_FRONTEND_CPUS"] = format_cpus(self.service_cpus)
         if self.kafka is not None:
             # Embedded broker: joining a group takes about half the session timeout, so keep it short.
             env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")
@@ -235,9 +234,8 @@ class Launcher:
     def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         preexec = die_with_parent
-        if child.name == "vllm_worker" and self.cpu_plan is not None:
-            # vLLM can only bind its engine to cores the process may use (libgomp drops the rest).
-            every = self.cpu_plan.engine | self.cpu_plan.services
+        if child.name == "vllm_worker" and self.service_cpus is not None:
+            every = self.all_cpus  # the engine it starts keeps every core; see shared/cpus.py
 
             def preexec() -> None:
                 die_with_parent()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 from shared.adapter_refs import ref_from_manifest
 from shared.bus import Producer, follow
 from shared.config import Settings
-from shared.cpus import parse_cpus, pin_children
+from shared.cpus import parse_cpus, pin_process
 from shared.envelope import Envelope, ErrorCode, Rejected, set_error
 from shared.generation import (
     Accumulator,
@@ -43,10 +42,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     engine = Engine(settings)
     await engine.start()
-    if settings.frontend_cpus:  # the engine has bound its cores; this process leaves them to it
-        engine_cpus = parse_cpus(os.environ["VLLM_CPU_OMP_THREADS_BIND"])  # the launcher sets both
-        moved = pin_children(parse_cpus(settings.frontend_cpus), engine_cpus)
-        log.info("frontend_pinned", cpus=settings.frontend_cpus, engine=sorted(engine_cpus), pids=moved)
+    if settings.frontend_cpus:  # the engine process has started with every core; leave it most of them
+        pin_process(parse_cpus(settings.frontend_cpus))
+        log.info("frontend_pinned", cpus=settings.frontend_cpus)
     model_version = await asyncio.to_thread(
         fingerprint, settings.model_path(), settings.var_dir / "run" / "model-fingerprints.json"
     )

@@ -15,7 +15,7 @@ import openai
 import psutil
 import pytest
 
-from shared.cpus import plan
+from shared.cpus import service_cpus
 from shared.models import tasks
 from tests.helpers.kafka import ROOT
 from tests.helpers.reliability import record
@@ -380,34 +380,33 @@ def serving_again(pipeline, timeout_s: float = 240) -> None:  # type: ignore[no-
     raise TimeoutError("the pipeline did not serve again")
 
 
-@pytest.mark.skipif(plan("auto") is None, reason="no engine/services split on a GPU or one-core host")
-def test_engine_has_cores_of_its_own(pipeline) -> None:
-    """After the SIGKILL above the worker was restarted: its engine again binds the engine's
-    cores, and every other process of the stack (the worker's own front end included) stays on
-    the others (shared/cpus.py)."""
-    split = plan("auto")
-    assert split is not None
-    procs = psutil.Process(pipeline.proc.pid).children(recursive=True) + [psutil.Process(pipeline.proc.pid)]
-    engines = [p for p in procs if "EngineCor" in p.name()]  # vLLM's title (setproctitle)
+@pytest.mark.skipif(service_cpus("auto") is None, reason="nothing is pinned on a GPU or one-core host")
+def test_the_services_leave_the_engine_most_cores(pipeline) -> None:
+    """After the SIGKILL above the worker was restarted: its engine again has every core, and
+    every other process of the stack (the worker's own front end included) stays on the
+    services' cores (shared/cpus.py)."""
+    every, services = set(os.sched_getaffinity(0)), service_cpus("auto")
+    assert services is not None
+    procs = [psutil.Process(pipeline.proc.pid), *psutil.Process(pipeline.proc.pid).children(recursive=True)]
+    engines = [p for p in procs if "EngineCor" in p.name()]  # vLLM's process title
     assert len(engines) == 1, [p.name() for p in procs]
-    assert set(engines[0].cpu_affinity()) <= split.engine  # its OpenMP master thread
-    others = [p for p in procs if p not in engines]
-    assert any(
-        p.name().startswith("tansu") or "services.vllm_worker" in " ".join(p.cmdline()) for p in others
-    )
-    wrong = []
-    for p in others:
+    assert set(engines[0].cpu_affinity()) == every
+    wrong, seen = [], set()
+    for p in procs:
+        if p in engines or any(p.pid in {c.pid for c in e.children(recursive=True)} for e in engines):
+            continue
         try:
-            cmd = " ".join(p.cmdline()[:4])
+            seen.add(p.name())
             for t in p.threads():
                 try:
-                    if not set(os.sched_getaffinity(t.id)) <= split.services:
-                        wrong.append((cmd, t.id, os.sched_getaffinity(t.id)))
+                    if not set(os.sched_getaffinity(t.id)) <= services:
+                        wrong.append((p.cmdline()[:4], t.id, os.sched_getaffinity(t.id)))
                 except ProcessLookupError:  # the thread ended meanwhile
                     pass
         except psutil.NoSuchProcess:
             pass
     assert not wrong, wrong
+    assert any(n.startswith("tansu") for n in seen), seen  # the broker is among them
 
 
 def test_metrics_of_every_service_parse_and_name_the_series(pipeline) -> None:

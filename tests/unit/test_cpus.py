@@ -1,4 +1,4 @@
-"""The engine/services CPU split `switchyard up` applies on a CPU host (shared/cpus.py)."""
+"""The cores `switchyard up` keeps the services on beside a CPU engine (shared/cpus.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shared.cpus import CpuPlan, parse_cpus, plan
+from shared.cpus import format_cpus, parse_cpus, service_cpus
 
 
 def test_parse_cpu_lists() -> None:
@@ -19,24 +19,22 @@ def test_parse_cpu_lists() -> None:
             parse_cpus(bad)
 
 
-def test_auto_leaves_a_quarter_to_the_services_and_is_off_on_gpu_or_one_core() -> None:
-    assert plan("auto", {0, 1}, gpu=False) == CpuPlan(frozenset({0}), frozenset({1}))
-    p = plan("auto", set(range(16)), gpu=False)
-    assert p is not None and p.engine == set(range(12)) and p.services == set(range(12, 16))
-    assert p.engine_bind() == "0,1,2,3,4,5,6,7,8,9,10,11" and p.services_list() == "12,13,14,15"
-    assert plan("auto", {4, 9}, gpu=False) == CpuPlan(frozenset({4}), frozenset({9}))  # a cpuset
-    assert plan("auto", {0}, gpu=False) is None
-    assert plan("auto", {0, 1, 2, 3}, gpu=True) is None
-    assert plan("off", {0, 1}, gpu=False) is None
+def test_auto_keeps_the_last_quarter_for_the_services_and_is_off_on_gpu_or_one_core() -> None:
+    assert service_cpus("auto", {0, 1}, gpu=False) == {1}
+    assert service_cpus("auto", set(range(16)), gpu=False) == {12, 13, 14, 15}
+    assert format_cpus(service_cpus("auto", set(range(16)), gpu=False) or set()) == "12,13,14,15"
+    assert service_cpus("auto", {4, 9}, gpu=False) == {9}  # a cpuset
+    assert service_cpus("auto", {0}, gpu=False) is None
+    assert service_cpus("auto", {0, 1, 2, 3}, gpu=True) is None
+    assert service_cpus("off", {0, 1}, gpu=False) is None
 
 
-def test_explicit_engine_cores() -> None:
-    p = plan("0-2", {0, 1, 2, 3}, gpu=True)  # explicit wins even on a GPU host
-    assert p == CpuPlan(frozenset({0, 1, 2}), frozenset({3}))
+def test_explicit_service_cores() -> None:
+    assert service_cpus("3", {0, 1, 2, 3}, gpu=True) == {3}  # explicit wins even on a GPU host
     with pytest.raises(ValueError, match="outside"):
-        plan("0-7", {0, 1, 2, 3})
-    with pytest.raises(ValueError, match="no CPU"):
-        plan("0-3", {0, 1, 2, 3})
+        service_cpus("4-7", {0, 1, 2, 3})
+    with pytest.raises(ValueError, match="no core"):
+        service_cpus("0-3", {0, 1, 2, 3})
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
