@@ -37,6 +37,7 @@ import openai
 
 from loadtests.pipeline import pct, prompts
 from loadtests.stack import stack_env, start_stack
+from shared.cpus import format_cpus, service_cpus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,16 +134,14 @@ class Stack:
         self.var_dir = var_dir
         self.workers = workers
         self.model_dir = model_dir
-        self.env = stack_env(
-            model_dir,
-            var_dir,
-            SY_VLLM_ENABLE_LORA="true",
-            SY_DRAIN_TIMEOUT_S="5",
-            SY_CACHE_ENABLED="false",  # prompts repeat across workloads: measure serving, not the cache
-            SY_API_KEYS=json.dumps({API_KEY: "bench"}),
-            SY_POOLS=json.dumps(POOLS),
-            **extra,
-        )
+        settings = {
+            "SY_VLLM_ENABLE_LORA": "true",
+            "SY_DRAIN_TIMEOUT_S": "5",
+            "SY_CACHE_ENABLED": "false",  # prompts repeat across workloads: measure serving, not the cache
+            "SY_API_KEYS": json.dumps({API_KEY: "bench"}),
+            "SY_POOLS": json.dumps(POOLS),
+        }
+        self.env = stack_env(model_dir, var_dir, **{**settings, **extra})
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra: list[subprocess.Popen[bytes]] = []
         self.endpoints: dict[str, Any] = {}
@@ -187,6 +186,9 @@ class Stack:
             SY_KAFKA_SESSION_TIMEOUT_MS="3000",
             SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",
         )
+        services = service_cpus(env.get("SY_SERVICE_CPUS", "auto"))
+        if services is not None:  # as the launcher starts its own worker (shared/cpus.py)
+            env["SY_FRONTEND_CPUS"] = format_cpus(services)
         env.pop("SY_KAFKA_PORT", None)
         log = open(self.var_dir / f"vllm_worker-{i}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
