@@ -18,6 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from shared.cpus import parse_cpus
+
 ENV_PREFIX = "SY_"
 
 # Health/metrics port of each service process when SY_HEALTH_PORT is not set.
@@ -542,6 +544,14 @@ class Settings(BaseSettings):
             host, _, port = part.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise ValueError(f"expected host:port[,host:port...], got {part!r}")
+        return v
+
+    @field_validator("service_cpus", "frontend_cpus")
+    @classmethod
+    def _cpu_list(cls, v: str | None) -> str | None:
+        if v is None or v.strip().lower() in ("auto", "off", "none", "false", ""):
+            return v
+        parse_cpus(v)  # raises with the reason
         return v
 
     @field_validator("pools")

@@ -102,15 +102,20 @@ class Launcher:
         self._stop_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stop")
         self._out = out or sys.stdout
         self.logs_dir = settings.var_dir / "run" / "logs"
-        # Cores for everything but the vLLM engine (shared/cpus.py), when a vLLM worker runs here.
+        # Cores for everything but the vLLM engine (shared/cpus.py), set by pin_cpus.
         self.all_cpus = frozenset(os.sched_getaffinity(0))
         self.service_cpus: frozenset[int] | None = None
-        if "vllm_worker" in self.names:
-            self.service_cpus = service_cpus(settings.service_cpus, self.all_cpus)
 
     def pin_cpus(self) -> None:
-        """Move the launcher onto the services' cores, so the broker, Milvus, Triton and every
-        service inherit them; the vLLM worker is widened again at its start (see _spawn)."""
+        """When a vLLM worker runs here, move the launcher onto the services' cores, so the
+        broker, Milvus, Triton and every service inherit them; the vLLM worker is widened again at
+        its start (see _spawn)."""
+        if "vllm_worker" not in self.names:
+            return
+        try:
+            self.service_cpus = service_cpus(self.s.service_cpus, self.all_cpus)
+        except ValueError as exc:
+            raise RuntimeError(str(exc)) from None
         if self.service_cpus is None:
             return
         pin_process(self.service_cpus)

@@ -55,3 +55,26 @@ print(moved, len(sets), all(s == {{{target}}} for s in sets.values()))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     moved, threads, same = out.stdout.split()
     assert int(moved) >= 2 and int(threads) >= 3 and same == "True", out.stdout
+
+
+def test_settings_refuse_a_malformed_cpu_list() -> None:
+    from pydantic import ValidationError
+
+    from shared.config import Settings
+
+    assert Settings(service_cpus="12-15").service_cpus == "12-15"
+    assert Settings(service_cpus="off").service_cpus == "off"
+    with pytest.raises(ValidationError, match="not a CPU list"):
+        Settings(service_cpus="3-1")
+    with pytest.raises(ValidationError, match="not a CPU list"):
+        Settings(frontend_cpus="two")
+
+
+def test_launcher_stops_with_the_reason_when_the_cores_do_not_exist(tmp_path) -> None:
+    from shared.config import Settings
+    from shared.launcher import Launcher
+
+    bad = Settings(var_dir=tmp_path, service_cpus="4096")
+    with pytest.raises(RuntimeError, match="outside"):
+        Launcher(bad, ["vllm_worker"], out=open(os.devnull, "w")).pin_cpus()  # noqa: SIM115
+    assert Launcher(bad, ["gateway"]).service_cpus is None  # no engine here: nothing pinned
