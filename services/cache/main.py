@@ -109,7 +109,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 await asyncio.to_thread(store.ensure)
                 break
             except Exception as exc:  # noqa: BLE001 - Milvus may still be starting
-                log.info("waiting for Milvus", uri=settings.milvus_uri, error=repr(exc)[:200])
+                # str(): pymilvus' repr drops the code and message (seen as a bare "MilvusException()")
+                log.info(
+                    "waiting for Milvus", uri=settings.milvus_uri, error=f"{type(exc).__name__}: {exc}"[:300]
+                )
                 await asyncio.sleep(1.0)
         else:
             return
