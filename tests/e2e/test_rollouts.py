@@ -149,7 +149,9 @@ def test_bad_rollout_requests_get_clear_errors(rl) -> None:
 
 
 def test_rollout_job_survives_a_reward_service_sigkill_without_duplicates(rl) -> None:
-    k, n = 16, 4
+    # 48 × 4 samples: the engine runs 16 sequences at a time, so groups finish in waves and the
+    # kill lands while most are still generating (16 prompts finished in one wave on a fast host).
+    k, n = 48, 4
     body = job(k, n, return_tokens=True)
     # Copy/reverse may all earn full marks; 3-digit sums (sy-tiny's weak task) make rewards differ.
     body["prompts"][-1] = {"messages": [{"role": "user", "content": "What is 487+396?"}]}
