@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from shared.cpus import parse_cpus
+from shared.cpus import OFF, parse_cpus
 
 ENV_PREFIX = "SY_"
 
@@ -549,7 +549,7 @@ class Settings(BaseSettings):
     @field_validator("service_cpus", "frontend_cpus")
     @classmethod
     def _cpu_list(cls, v: str | None) -> str | None:
-        if v is None or v.strip().lower() in ("auto", "off", "none", "false", ""):
+        if v is None or v.strip().lower() in OFF | {"auto"}:
             return v
         parse_cpus(v)  # raises with the reason
         return v

@@ -37,6 +37,14 @@ def parse_cpus(spec: str) -> frozenset[int]:
     return frozenset(out)
 
 
+OFF = frozenset({"off", "none", "false", ""})  # SY_SERVICE_CPUS values that pin nothing
+
+
+def usable_cpus(cap: int = 4) -> int:
+    """Threads for a torch model beside others: the cores this process may use, at most `cap`."""
+    return max(1, min(cap, len(os.sched_getaffinity(0))))
+
+
 def format_cpus(cpus: frozenset[int] | set[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
@@ -54,7 +62,7 @@ def service_cpus(
     auto: on a CPU-only host with at least two cores, the last quarter of the allowed cores (at
     least one) — on two cores the one vLLM's own CPU default leaves to "other processes"."""
     setting = setting.strip().lower()
-    if setting in ("off", "none", "false", ""):
+    if setting in OFF:
         return None
     cpus = frozenset(allowed if allowed is not None else os.sched_getaffinity(0))
     if setting == "auto":

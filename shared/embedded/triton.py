@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from shared.cpus import usable_cpus
 from shared.embedded.procs import die_with_parent, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +158,7 @@ class EmbeddedTriton:
             SY_MODELS_DIR=str(self.models_dir),
             HF_HUB_OFFLINE="1",
             TRANSFORMERS_OFFLINE="1",
-            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(min(4, len(os.sched_getaffinity(0))))),
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", str(usable_cpus())),
         )
         argv = [
             str(binary),
