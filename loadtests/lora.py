@@ -13,6 +13,9 @@ off, since requests are spread there), so tokens/s exclude cold loads; the adapt
 while measuring are still counted. The cold load is timed separately: a fresh upload, one
 request with max_tokens=1, its `adapter_load` breakdown row and the latency against warm ones.
 
+Before the pipelines, the engine floor (`loadtests.lora_engine`): the same workloads against
+AsyncLLM in-process, so each pipeline ratio can be read against what vLLM's own LoRA path costs.
+
 Target (issue): 16 adapters >= 0.8x base tokens/s with affinity routing on.
 """
 
@@ -187,8 +190,18 @@ class Stack:
             SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",
         )
         services = service_cpus(env.get("SY_SERVICE_CPUS", "auto"))
+        preexec = die_with_parent
         if services is not None:  # as the launcher starts its own worker (shared/cpus.py)
             env["SY_FRONTEND_CPUS"] = format_cpus(services)
+            # The launcher's worker has the engine cores the services leave (SY_ENGINE_CPUS=own);
+            # this one's engine goes on the services' cores, so the two engines never share one
+            # (measured: two engines on both of two cores ran half the tokens/s of one per core).
+            if env.get("SY_ENGINE_CPUS", "own") == "own":
+
+                def preexec() -> None:
+                    die_with_parent()
+                    os.sched_setaffinity(0, services)
+
         env.pop("SY_KAFKA_PORT", None)
         log = open(self.var_dir / f"vllm_worker-{i}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -199,7 +212,7 @@ class Stack:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=preexec,
         )
         self.extra.append(proc)
         deadline = time.monotonic() + 300
@@ -392,6 +405,31 @@ async def cold_load(stack: Stack, name: str, adapter_dir: Path) -> dict[str, Any
 # ------------------------------------------------------------------------------- scenario
 
 
+def run_engine_floor(model_dir: Path, adapters_dir: Path, lora: bool, n: int) -> dict[str, Any]:
+    """`loadtests.lora_engine` in a subprocess (its engine is gone before the next one starts)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadtests.lora_engine",
+            str(model_dir),
+            str(adapters_dir),
+            "on" if lora else "off",
+            str(n),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(line[7:])
+
+
 async def run_stack(
     label: str, var_dir: Path, model_dir: Path, adapters: dict[str, Path], n: int, workers: int, **env: str
 ) -> dict[str, Any]:
@@ -439,6 +477,9 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     adapters = await asyncio.to_thread(build_adapters, model_dir, bench / "adapters")
     n = 16 if quick else 48
     workers = 2
+    # What LoRA costs in vLLM itself: the same workloads against AsyncLLM in-process, LoRA off and on.
+    floor_off = await asyncio.to_thread(run_engine_floor, model_dir, bench / "adapters", False, n)
+    floor_on = await asyncio.to_thread(run_engine_floor, model_dir, bench / "adapters", True, n)
     runs: dict[str, dict[str, Any]] = {}
     for label, env in (
         ("affinity-on", {"SY_ROUTER_ADAPTER_AFFINITY": "true"}),
@@ -474,6 +515,21 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 "vs_lora_off_base": wls[wl]["ratio_to_lora_off_base"],
             }
     summary["16_adapter_ratios"] = ratios
+    engine = {"lora-off": {"base": floor_off["base"]["tokens_per_s"]}}
+    engine["lora-on"] = {
+        wl: floor_on[wl]["tokens_per_s"] for wl in floor_on if isinstance(floor_on[wl], dict)
+    }
+    summary["engine_floor_tokens_per_s"] = engine
+    summary["engine_floor_16_adapter_ratios"] = {
+        wl: {
+            "vs_base_through_zero_adapter": round(
+                engine["lora-on"][wl] / engine["lora-on"]["zero-adapter"], 3
+            ),
+            "vs_base_lora_on": round(engine["lora-on"][wl] / engine["lora-on"]["base"], 3),
+            "vs_base_lora_off": round(engine["lora-on"][wl] / engine["lora-off"]["base"], 3),
+        }
+        for wl in ("16-uniform", "16-zipf")
+    }
     on = runs["affinity-on"]["workloads"]
     summary["target"] = {
         "rule": f"16 adapters >= {TARGET}x base tokens/s with affinity routing on",
@@ -525,12 +581,13 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "vllm_workers": workers,
             "second_worker": "started by the scenario (python -m services.vllm_worker.main, SY_INSTANCE_ID=vllm_worker-2)",
             "engine": {
-                "max_loras": "SY_VLLM_MAX_LORAS (default 4)",
-                "max_cpu_loras": "SY_VLLM_MAX_CPU_LORAS (default 16)",
+                "max_loras": floor_on["max_loras"],
+                "max_cpu_loras": floor_on["max_cpu_loras"],
             },
             "quick": quick,
         },
         "runs": runs,
+        "engine_floor": {"lora-off": floor_off, "lora-on": floor_on},
         "wall_s": round(time.perf_counter() - t0, 1),
         "summary": summary,
     }

@@ -3,7 +3,8 @@
 (a) The same job, K prompts x n samples (fixed length: min_tokens = max_tokens, temperature 1),
     against vLLM's AsyncLLM in-process (one request per prompt with n, all submitted at once),
     then through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
-    generated, scored and published on sy.rewards, and read back by the gateway).
+    generated, scored and published on sy.rewards, and read back by the gateway), then the engine
+    once more; the best engine run of both counts.
     samples/s and tokens/s of both and their ratio (target >= 0.9). LoRA is off on both sides,
     as in pipeline-vs-engine (lora-scaling measures LoRA).
 (b) Rule-based reward scoring throughput in one process: numeric_match + regex + length_penalty
@@ -260,6 +261,13 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
+    # The engine again after the pipeline, and the better of its two runs counts: a machine whose
+    # background load drifts during the scenario must not flatter the pipeline.
+    again = run_direct(model_dir, k, n)
+    if again["samples_per_s"] > direct["samples_per_s"]:
+        direct = {**again, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
+    else:
+        direct = {**direct, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
     ratio = ours["samples_per_s"] / direct["samples_per_s"]
     summary = {
         "prompts": k,

@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
-from shared.cpus import format_cpus, pin_process, service_cpus
+from shared.cpus import engine_cpus, format_cpus, pin_process, service_cpus
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
@@ -240,7 +240,9 @@ class Launcher:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         preexec = die_with_parent
         if child.name == "vllm_worker" and self.service_cpus is not None:
-            every = self.all_cpus  # the engine it starts keeps every core; see shared/cpus.py
+            # The engine it starts keeps these cores (every core, or those the services leave);
+            # see shared/cpus.py.
+            every = engine_cpus(self.s.engine_cpus, self.all_cpus, self.service_cpus)
 
             def preexec() -> None:
                 die_with_parent()

@@ -382,15 +382,26 @@ def serving_again(pipeline, timeout_s: float = 240) -> None:  # type: ignore[no-
 
 @pytest.mark.skipif(service_cpus("auto") is None, reason="nothing is pinned on a GPU or one-core host")
 def test_the_services_leave_the_engine_most_cores(pipeline) -> None:
-    """After the SIGKILL above the worker was restarted: its engine again has every core, and
+    """After the SIGKILL above the worker was restarted: its engine (every thread of its
+    processes) again has the cores the services leave (SY_ENGINE_CPUS=own, the default), and
     every other process of the stack (the worker's own front end included) stays on the
     services' cores (shared/cpus.py)."""
     every, services = set(os.sched_getaffinity(0)), service_cpus("auto")
     assert services is not None
+    own = every - services
     procs = [psutil.Process(pipeline.proc.pid), *psutil.Process(pipeline.proc.pid).children(recursive=True)]
     engines = [p for p in procs if "EngineCor" in p.name()]  # vLLM's process title
     assert len(engines) == 1, [p.name() for p in procs]
-    assert set(engines[0].cpu_affinity()) == every
+    engine_threads = [t.id for e in engines for q in [e, *e.children(recursive=True)] for t in q.threads()]
+    assert set(engines[0].cpu_affinity()) == own
+
+    def affinity(tid: int) -> set[int]:
+        try:
+            return set(os.sched_getaffinity(tid))
+        except ProcessLookupError:  # the thread ended meanwhile
+            return set()
+
+    assert engine_threads and all(affinity(t) <= own for t in engine_threads)
     wrong, seen = [], set()
     for p in procs:
         if p in engines or any(p.pid in {c.pid for c in e.children(recursive=True)} for e in engines):

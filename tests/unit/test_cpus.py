@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shared.cpus import format_cpus, parse_cpus, service_cpus
+from shared.cpus import engine_cpus, format_cpus, parse_cpus, service_cpus
 
 
 def test_parse_cpu_lists() -> None:
@@ -78,3 +78,10 @@ def test_launcher_stops_with_the_reason_when_the_cores_do_not_exist(tmp_path) ->
     with pytest.raises(RuntimeError, match="outside"):
         Launcher(bad, ["vllm_worker"], out=open(os.devnull, "w")).pin_cpus()  # noqa: SIM115
     assert Launcher(bad, ["gateway"]).service_cpus is None  # no engine here: nothing pinned
+
+
+def test_engine_cpus_own_leaves_the_services_cores_shared_takes_every_core() -> None:
+    every, services = frozenset({0, 1, 2, 3}), frozenset({3})
+    assert engine_cpus("own", every, services) == {0, 1, 2}
+    assert engine_cpus("shared", every, services) == every
+    assert engine_cpus("own", frozenset({0}), frozenset({0})) == {0}  # never an empty set
