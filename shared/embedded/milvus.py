@@ -44,8 +44,22 @@ class EmbeddedMilvus:
         for comp in _COMPONENTS:
             cfg.set(f"{comp}.ip", self.host)
         # Kernel-chosen free ports (its own scan from 19530/2379 up races with a second instance).
-        cfg.update(**{k: free_port(self.host) for k in cfg.configurable_items if k.endswith("_port")})
-        cfg.resolve()  # checks the ports, writes configs/milvus.yaml
+        # resolve() holds each port bound while it checks the next, so they must be distinct (the
+        # kernel may hand the same free port out twice), and another process may take one between
+        # our choice and the check: choose again then (seen once in CI: "bind failed").
+        keys = [k for k in cfg.configurable_items if k.endswith("_port")]
+        for attempt in range(5):
+            ports: list[int] = []
+            while len(ports) < len(keys):
+                if (p := free_port(self.host)) not in ports:
+                    ports.append(p)
+            cfg.update(**dict(zip(keys, ports, strict=True)))
+            try:
+                cfg.resolve()  # checks the ports, writes configs/milvus.yaml
+                break
+            except RuntimeError as exc:
+                if "bind failed" not in str(exc) or attempt == 4:
+                    raise
         self.port = int(cfg.get("proxy_port"))
         self._embed_etcd_config(int(cfg.get("etcd_port")))
         self.metrics_port = free_port(self.host)

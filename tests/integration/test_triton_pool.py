@@ -102,7 +102,12 @@ def pools(broker, triton: EmbeddedTriton, model_dir: Path, tmp_path_factory: pyt
 
 
 def chat(
-    rid: str, model: str = "sy-tiny", stream: bool = False, priority: int = 0, **sampling: object
+    rid: str,
+    model: str = "sy-tiny",
+    stream: bool = False,
+    priority: int = 0,
+    content: str = "copy: abcdefgh",
+    **sampling: object,
 ) -> Envelope:
     kw: dict[str, object] = {"max_tokens": 12, "temperature": 0.0}
     kw.update(sampling)
@@ -113,7 +118,7 @@ def chat(
         model=model,
         priority=priority,
         request=Request(
-            messages=[ChatMessage(role="user", content="copy: abcdefgh")],
+            messages=[ChatMessage(role="user", content=content)],
             sampling=SamplingParams(stream=stream, **kw),
         ),
     )
@@ -188,7 +193,18 @@ async def test_triton_pool_serves_n_choices_and_logprobs_like_the_vllm_pool(brok
     prefix, _ = pools
     greedy = dict(max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=2)
     reqs = [
-        chat("lp-n", model="sy-tiny-bf16", n=3, max_tokens=10, temperature=1.0, seed=11, stream=True),
+        # A prompt unlike any training task, so the next token is not nearly certain: the model
+        # copies "abcdefgh" the same way at temperature 1 under any seed.
+        chat(
+            "lp-n",
+            model="sy-tiny-bf16",
+            content="qz 7 ~ wv plmn ?",
+            n=3,
+            max_tokens=10,
+            temperature=1.5,
+            seed=11,
+            stream=True,
+        ),
         chat("lp-tri", priority=Priority.PRIORITY_BATCH, **greedy),  # batch: the Triton pool
         chat("lp-vllm", **greedy),  # interactive: the vLLM pool
     ]
