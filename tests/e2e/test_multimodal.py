@@ -8,6 +8,7 @@ that takes images for that model; the Triton worker fetches it and feeds the enc
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,15 @@ def vlm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         p.stop()
 
 
+def _named(answer: str | None) -> str | None:
+    """The colour an answer names. The decoder is sy-tiny, trained on each host, and has been seen
+    to misspell one ("grene"); which colour it names is what the image decides."""
+    from shared.models.vlm import COLORS
+
+    match = difflib.get_close_matches((answer or "").strip().lower(), list(COLORS), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 def _image(kind: str, color: tuple[int, int, int], seed: int = 0) -> dict:
     """A photo-like picture of one colour (noise, a small patch of another), as a data URL."""
     import numpy as np
@@ -70,7 +80,7 @@ def test_image_chat_is_answered_by_the_multimodal_pool_with_its_media_breakdown(
         **ask, messages=[{"role": "user", "content": [text, _image("PNG", (210, 40, 40))]}]
     )
     extra = r.model_extra["switchyard"]
-    assert r.choices[0].message.content == "red" and extra["pool"] == "triton"
+    assert _named(r.choices[0].message.content) == "red" and extra["pool"] == "triton"
     rows = {row["stage"]: row for row in extra["breakdown"]}
     media = rows["media"]
     assert media["parent"] == "preprocess" and float(media["duration_ms"]) > 0
@@ -82,7 +92,7 @@ def test_image_chat_is_answered_by_the_multimodal_pool_with_its_media_breakdown(
         again = client.chat.completions.create(
             **ask, messages=[{"role": "user", "content": [text, _image(kind, color, seed=1)]}]
         )
-        assert again.choices[0].message.content == name, kind
+        assert _named(again.choices[0].message.content) == name, (kind, again.choices[0].message.content)
     # A text-only model in the same pool still refuses images, with the reason.
     with pytest.raises(openai.NotFoundError) as nf:
         client.chat.completions.create(
