@@ -42,7 +42,7 @@ import httpx
 import openai
 
 from loadtests.pipeline import pct, prompts
-from loadtests.stack import stack_env, start_stack
+from loadtests.stack import run_result, stack_env, start_stack
 from shared.cpus import format_cpus, service_cpus
 from shared.embedded.procs import die_with_parent, free_port, kill_group, stop_process
 
@@ -410,27 +410,8 @@ async def cold_load(stack: Stack, name: str, adapter_dir: Path) -> dict[str, Any
 
 def run_engine_floor(model_dir: Path, adapters_dir: Path, lora: bool, n: int) -> dict[str, Any]:
     """`loadtests.lora_engine` in a subprocess (its engine is gone before the next one starts)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loadtests.lora_engine",
-            str(model_dir),
-            str(adapters_dir),
-            "on" if lora else "off",
-            str(n),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(proc.stderr[-3000:])
-    return json.loads(line[7:])
+    args = (str(model_dir), str(adapters_dir), "on" if lora else "off", str(n))
+    return run_result("loadtests.lora_engine", *args)  # type: ignore[no-any-return]
 
 
 async def run_stack(

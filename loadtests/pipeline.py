@@ -28,7 +28,7 @@ import openai
 from shared.embedded.procs import free_port, stop_process
 from shared.models import tasks
 
-from .stack import gateway_url, start_stack, stop_stack
+from .stack import gateway_url, run_result, start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -198,26 +198,7 @@ def start_pipeline(
 
 
 def run_direct_engine(model_dir: Path, levels: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loadtests.direct_engine",
-            str(model_dir),
-            json.dumps(levels),
-            str(MAX_TOKENS),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(proc.stderr[-3000:])
-    return json.loads(line[7:])
+    return run_result("loadtests.direct_engine", str(model_dir), json.dumps(levels), str(MAX_TOKENS))  # type: ignore[no-any-return]
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:

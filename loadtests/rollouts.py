@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
+from loadtests.stack import run_result
 from shared.models import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,19 +179,7 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_direct(model_dir: Path, k: int, n: int) -> dict[str, Any]:
-    env = {key: v for key, v in os.environ.items() if not key.startswith("SY_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtests.rollouts", "direct", str(model_dir), str(k), str(n)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(proc.stderr[-3000:])
-    return json.loads(line[7:])
+    return run_result("loadtests.rollouts", "direct", str(model_dir), str(k), str(n))  # type: ignore[no-any-return]
 
 
 async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]:

@@ -92,3 +92,21 @@ def stop_stack(proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def run_result(module: str, *args: str, timeout_s: float = 1200) -> Any:
+    """`python -m module args` in a subprocess without the caller's SY_ settings (its engine is gone
+    before the next one starts); returns the JSON it printed after `RESULT `."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(line[7:])
