@@ -3,7 +3,8 @@
 Data: fow-cache's 600 labelled question pairs (300 should-hit: near_repeat/paraphrase; 300 traps:
 negation, entity_swap, number_date, scope) plus an own set generated below from templates
 (`own_pairs`: each template yields a paraphrase pair and near-miss negatives by swapping a number,
-negating, swapping the two entities, or changing the scope noun). Each pair (a = cached prompt,
+negating, swapping the two entities, or changing the scope noun; plus one-slot swaps of other
+meaning in fixed frames, SLOT_FRAMES x SLOT_SWAPS). Each pair (a = cached prompt,
 b = new prompt) is scored with MiniLM cosine (the embedder the cache uses); a "hit" is cosine >=
 threshold, and with the verifier also `Verifier.check(b, a, cosine)`. Milvus is not involved (a
 pair's top-1 candidate is its partner). Run: `python -m loadtests.cache_eval [--json out.json]`.
@@ -39,6 +40,44 @@ FILL = [
     {"n": "3", "m": "5", "x": "Amazon", "y": "eBay", "thing": "shoes", "other": "laptops"},
     {"n": "14", "m": "30", "x": "France", "y": "Spain", "thing": "premium", "other": "basic"},
     {"n": "2", "m": "20", "x": "Germany", "y": "Italy", "thing": "family", "other": "student"},
+]
+
+
+# One slot of a frame swapped for a word of another meaning (written after reading no cache
+# output): the verifier's one-slot and opposite rules are what must refuse these, at cosines up to
+# 0.97 (peak/off-peak, front/back, short-term/long-term).
+SLOT_FRAMES = [
+    "Can I {} a bike here?",
+    "How much is a {} ticket?",
+    "What is the {} limit?",
+    "Is the {} entrance open?",
+    "How do I get a {} pass?",
+    "What are the rules for {} parking?",
+    "Where is the {} exit?",
+    "How do I change my {} payment?",
+]
+SLOT_SWAPS = [
+    ("buy", "rent"),
+    ("left", "right"),
+    ("weekly", "monthly"),
+    ("daily", "weekly"),
+    ("summer", "winter"),
+    ("north", "south"),
+    ("front", "back"),
+    ("upper", "lower"),
+    ("annual", "monthly"),
+    ("student", "senior"),
+    ("adult", "child"),
+    ("first-class", "second-class"),
+    ("peak", "off-peak"),
+    ("male", "female"),
+    ("hot", "cold"),
+    ("short-term", "long-term"),
+    ("single", "double"),
+    ("domestic", "international"),
+    ("main", "side"),
+    ("east", "west"),
+    ("morning", "afternoon"),
 ]
 
 
@@ -80,6 +119,11 @@ def own_pairs() -> list[dict[str, object]]:
             )
             if neg != b_t.format(**f):
                 out.append({"category": "own_negation", "a": a, "b": neg, "same_answer": False})
+    for frame in SLOT_FRAMES:
+        for x, y in SLOT_SWAPS:
+            out.append(
+                {"category": "own_slot", "a": frame.format(x), "b": frame.format(y), "same_answer": False}
+            )
     # A substitution whose slot is not in the template leaves the paraphrase unchanged: not a negative.
     paraphrases = {(p["a"], p["b"]) for p in out if p["same_answer"]}
     return [p for p in out if p["a"] != p["b"] and (p["same_answer"] or (p["a"], p["b"]) not in paraphrases)]

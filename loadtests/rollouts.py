@@ -6,7 +6,9 @@
     generated, scored and published on sy.rewards, and read back by the gateway), then the engine
     once more; the best engine run of both counts.
     samples/s and tokens/s of both and their ratio (target >= 0.9). LoRA is off on both sides,
-    as in pipeline-vs-engine (lora-scaling measures LoRA).
+    as in pipeline-vs-engine (lora-scaling measures LoRA). A third run puts the engine on the
+    cores `switchyard up` gives it (its front end on the services' cores): against it the ratio
+    is what the pipeline costs; the rest of the gap is the cores the services keep.
 (b) Rule-based reward scoring throughput in one process: numeric_match + regex + length_penalty
     + exact_match over groups of 8 (target >= 5k samples/s), the functions alone and the whole
     reward stage (statistics, sample and group records).
@@ -28,12 +30,11 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
-from loadtests.stack import run_result
+from loadtests.stack import models_dir, run_result
 from shared.models import tasks
 
-ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
-FETCH_WAIT_MS = int(os.environ.get("ROLLOUTS_FETCH_WAIT_MS", "50"))
+FETCH_WAIT_MS = os.environ.get("ROLLOUTS_FETCH_WAIT_MS", "")
 REPEATS = 2  # each side runs the job this many times in one engine/pipeline; the best run counts
 
 
@@ -116,10 +117,26 @@ async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- (a) vs the engine
-async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
-    """Run in a subprocess: the engine must be gone before the pipeline starts its own."""
+def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(engine cores, services' cores) as `switchyard up` places them on this host by default
+    (SY_SERVICE_CPUS=auto, SY_ENGINE_CPUS=own), or None where it pins nothing (GPU, one core)."""
+    from shared.cpus import engine_cpus, service_cpus
+
+    every = frozenset(os.sched_getaffinity(0))
+    services = service_cpus("auto", every)
+    return None if services is None else (engine_cpus("own", every, services), services)
+
+
+async def direct_main(model_dir: str, k: int, n: int, placement: str = "all") -> dict[str, Any]:
+    """Run in a subprocess: the engine must be gone before the pipeline starts its own.
+
+    placement `all`: the engine may use every core (the baseline the target is read against);
+    `switchyard`: its engine process on the cores `switchyard up` gives the vLLM engine, its
+    front end on the services' cores, as in the vLLM worker — what the engine does with the
+    cores Switchyard leaves it, to tell the pipeline's cost from the cores' cost."""
     from services.vllm_worker.engine import engine_args, engine_environment
     from shared.config import load_settings
+    from shared.cpus import pin_process
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False)
     engine_environment(settings)
@@ -128,7 +145,12 @@ async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    cores = switchyard_placement() if placement == "switchyard" else None
+    if cores is not None:
+        pin_process(cores[0])  # the engine process forked below keeps these
     llm = AsyncLLM.from_engine_args(engine_args(settings))
+    if cores is not None:
+        pin_process(cores[1])
     tok = llm.get_tokenizer()
     params = SamplingParams(
         n=n,
@@ -139,7 +161,7 @@ async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
         output_kind=RequestOutputKind.DELTA,
     )
 
-    async def one(rid: str, prompt: str) -> tuple[int, int]:
+    async def one(rid: str, prompt: str) -> tuple[int, int, float]:
         text = tok.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
         )
@@ -150,7 +172,7 @@ async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
                 tokens += len(o.token_ids)
                 if o.finish_reason:
                     done.add(o.index)
-        return len(done), tokens
+        return len(done), tokens, time.perf_counter()
 
     await asyncio.gather(*(one(f"warm-{i}", p) for i, p in enumerate(job_prompts(2))))
     runs = []
@@ -166,6 +188,8 @@ async def direct_main(model_dir: str, k: int, n: int) -> dict[str, Any]:
                 "wall_s": round(wall, 3),
                 "samples_per_s": round(samples / wall, 2),
                 "tokens_per_s": round(tokens / wall, 1),
+                # the first prompt's samples all done (Switchyard's group_completion_ms_first)
+                "first_group_ms": round((min(r[2] for r in rs) - t0) * 1000, 1),
             }
         )
     llm.shutdown()
@@ -178,8 +202,8 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**top, "runs_samples_per_s": [r["samples_per_s"] for r in runs]}
 
 
-def run_direct(model_dir: Path, k: int, n: int) -> dict[str, Any]:
-    return run_result("loadtests.rollouts", "direct", str(model_dir), str(k), str(n))  # type: ignore[no-any-return]
+def run_direct(model_dir: Path, k: int, n: int, placement: str = "all") -> dict[str, Any]:
+    return run_result("loadtests.rollouts", "direct", str(model_dir), str(k), str(n), placement)  # type: ignore[no-any-return]
 
 
 async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]:
@@ -199,18 +223,18 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
         r.raise_for_status()
         rid = r.json()["id"]
         deadline = time.monotonic() + 600
-        while True:
-            got = (await c.get(f"/rollouts/{rid}", params={"samples": False})).json()
+        while True:  # long poll: the reply comes when the gateway stored the job's last record
+            got = (await c.get(f"/rollouts/{rid}", params={"samples": False, "wait": 30})).json()
             if got["status"] in ("completed", "failed"):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rollout {rid} not done after 600 s: {got}")
-            await asyncio.sleep(0.05)
         wall = time.perf_counter() - t0
         full = (await c.get(f"/rollouts/{rid}")).json()
     samples = full["counts"]["samples"]
     tokens = full["throughput"]["completion_tokens"]
     rewards = [s["reward"] for g in full["groups"] for s in g["samples"]]
+    done = sorted(g["completion_ms"] for g in full["groups"])
     return {
         "status": full["status"],
         "samples": samples,
@@ -219,19 +243,19 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
         "samples_per_s": round(samples / wall, 2),
         "tokens_per_s": round(tokens / wall, 1),
         "mean_reward": round(sum(rewards) / max(1, len(rewards)), 4),
-        "group_completion_ms_p50": sorted(g["completion_ms"] for g in full["groups"])[
-            len(full["groups"]) // 2
-        ],
+        # When groups were scored, from the job's acceptance: the first one shows the fixed latency
+        # of the path (fan-out, hops to the engine and back), the last one the job's length.
+        "group_completion_ms_first": done[0],
+        "group_completion_ms_p50": done[len(done) // 2],
+        "group_completion_ms_last": done[-1],
+        "server_elapsed_s": full["throughput"]["elapsed_s"],
     }
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     from shared.models.build import build_model
 
-    # SY_MODELS_DIR: reuse a built model (as the services do), else build/cache it under var/models.
-    model_dir = build_model(
-        "sy-tiny", Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models"), progress=False
-    )
+    model_dir = build_model("sy-tiny", models_dir(), progress=False)  # built once, reused
     var_dir = (out / "rollouts-var").resolve()
     shutil.rmtree(var_dir, ignore_errors=True)  # fresh state per run (no disk cache, no old stores)
     var_dir.mkdir(parents=True, exist_ok=True)
@@ -239,10 +263,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     scoring = await scoring_throughput(4000 if quick else 40000)
 
     direct = run_direct(model_dir, k, n)
-    # Throughput profile for rollout jobs: idle consumers polling every 5 ms (the latency default)
-    # burn about one of this machine's two cores (measured: broker 34 %, each service ~8 %), which
-    # the engine then lacks; 50 ms costs ~50 ms per hop on a job of seconds.
-    proc, url = start_pipeline(model_dir, var_dir, SY_KAFKA_FETCH_MAX_WAIT_MS=str(FETCH_WAIT_MS))
+    # The stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: with the
+    # engine on its own core, 50 ms measured no better than the 5 ms default).
+    overrides = {"SY_KAFKA_FETCH_MAX_WAIT_MS": FETCH_WAIT_MS} if FETCH_WAIT_MS else {}
+    proc, url = start_pipeline(model_dir, var_dir, **overrides)
     try:
         await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
         ours = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
@@ -256,6 +280,9 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         direct = {**again, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
     else:
         direct = {**direct, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
+    # The engine on the cores Switchyard gives it (its front end on the services' cores): the
+    # pipeline's own cost is the ratio against this; the rest is the cores the services keep.
+    same = run_direct(model_dir, k, n, "switchyard") if switchyard_placement() else None
     ratio = ours["samples_per_s"] / direct["samples_per_s"]
     summary = {
         "prompts": k,
@@ -268,7 +295,11 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "reward_stage_samples_per_s": scoring["stage_samples_per_s"],
         "reward_functions_samples_per_s": scoring["functions_only_samples_per_s"],
         "target_scoring_samples_per_s": 5000,
-        "switchyard_fetch_max_wait_ms": FETCH_WAIT_MS,
+        "switchyard_fetch_max_wait_ms": int(FETCH_WAIT_MS or 0) or "default",
+        "direct_on_switchyards_engine_cores_samples_per_s": same["samples_per_s"] if same else None,
+        "ratio_vs_engine_on_the_same_cores": round(ours["samples_per_s"] / same["samples_per_s"], 3)
+        if same
+        else None,
     }
     return {
         "scenario": "rollouts",
@@ -280,6 +311,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "temperature": 1.0,
         },
         "asyncllm_in_process": direct,
+        "asyncllm_on_switchyards_engine_cores": same,
         "switchyard": ours,
         "reward_scoring": scoring,
         "summary": summary,
@@ -287,10 +319,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "direct":
-        result = asyncio.run(direct_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "direct":
+        result = asyncio.run(direct_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:]))
         print("RESULT " + json.dumps(result), flush=True)
     elif len(sys.argv) == 2 and sys.argv[1] == "scoring":
         print(json.dumps(asyncio.run(scoring_throughput(40000)), indent=2))
     else:
-        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K N | scoring")
+        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K N [all|switchyard] | scoring")

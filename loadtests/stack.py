@@ -22,6 +22,12 @@ from shared.embedded.procs import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def models_dir() -> Path:
+    """Where the benchmarks find (or build) the local models: SY_MODELS_DIR, as the services read
+    it, else var/models (what `switchyard models build` fills)."""
+    return Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models")
+
+
 def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(

@@ -230,6 +230,12 @@ class _Rebalance(ConsumerRebalanceListener):
         )
 
 
+def off_path_wait_ms(settings: Settings) -> int:
+    """Fetch wait of readers no reply waits for (state topics, cache write-back, batch results):
+    on the embedded broker every held fetch costs polls, and these need not answer in 5 ms."""
+    return max(settings.kafka_fetch_max_wait_ms, 50)
+
+
 class FetchWaitGuard:
     """Raise a consumer's fetch wait when fetches come back empty although records are waiting.
 
@@ -289,6 +295,7 @@ class StageConsumer:
         dlq_topic: str,
         on_dead: DeadHook | None = None,
         max_in_flight: int | None = None,
+        fetch_max_wait_ms: int | None = None,
     ) -> None:
         self.stage = stage
         self.topics = list(topics)
@@ -312,7 +319,7 @@ class StageConsumer:
             # "latest" replays part of the last batch on the embedded broker; committed
             # offsets plus "earliest" is right on both brokers.
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            fetch_max_wait_ms=fetch_max_wait_ms or settings.kafka_fetch_max_wait_ms,
             session_timeout_ms=settings.kafka_session_timeout_ms,
             heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
             rebalance_timeout_ms=max(settings.kafka_session_timeout_ms, int(settings.drain_timeout_s * 1000)),
@@ -525,7 +532,7 @@ async def follow(
         **client_kwargs(settings),  # type: ignore[arg-type]
         group_id=None,
         enable_auto_commit=False,
-        fetch_max_wait_ms=max(settings.kafka_fetch_max_wait_ms, 50),
+        fetch_max_wait_ms=off_path_wait_ms(settings),
         max_partition_fetch_bytes=settings.kafka_max_request_bytes,
         client_id=f"{client_id}-{settings.instance_id}",
     )

@@ -83,6 +83,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         from shared.models.vlm import build_vlm
 
         print(json.dumps({"path": str(build_vlm(settings.model_dir)), "name": "sy-vlm"}))
+        from shared.models.minilm import export_minilm_onnx  # the cache's embedder
+
+        print(json.dumps({"path": str(export_minilm_onnx(settings.model_dir)), "name": "all-minilm-l6-v2"}))
     return rc
 
 

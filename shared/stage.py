@@ -134,8 +134,10 @@ def envelope_consumer(
     *,
     validate_input: bool = True,
     max_in_flight: int | None = None,
+    fetch_max_wait_ms: int | None = None,
 ) -> StageConsumer:
-    """A StageConsumer of envelopes from topic `source` (a suffix such as "requests")."""
+    """A StageConsumer of envelopes from topic `source` (a suffix such as "requests");
+    `fetch_max_wait_ms` overrides SY_KAFKA_FETCH_MAX_WAIT_MS (off-path readers poll less)."""
     return StageConsumer(
         stage=stage,
         topics=[settings.topic(source)],
@@ -146,4 +148,5 @@ def envelope_consumer(
         dlq_topic=settings.topic("dlq"),
         on_dead=error_reply_hook(stage, settings),
         max_in_flight=max_in_flight,
+        fetch_max_wait_ms=fetch_max_wait_ms,
     )

@@ -15,7 +15,7 @@ import sys
 import time
 
 from shared.batch_store import BatchStore
-from shared.bus import Producer, StageConsumer
+from shared.bus import Producer, StageConsumer, off_path_wait_ms
 from shared.celery_app import QUEUE, RUN_BATCH, make_celery
 from shared.config import Settings
 from shared.embedded.procs import die_with_parent, stop_process
@@ -148,6 +148,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         settings=settings,
         dlq_topic=settings.topic("dlq"),
         max_in_flight=2048,  # answers wait for a group commit to storage, not for CPU
+        fetch_max_wait_ms=off_path_wait_ms(settings),
     )
     health.add_check("celery_worker", worker.alive)
     return Service([consumer], background=[collector.run, worker.supervise, sweep.run])

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
 from shared.auth import is_internal
-from shared.bus import Producer, follow
+from shared.bus import Producer, follow, off_path_wait_ms
 from shared.config import Settings
 from shared.envelope import Envelope
 from shared.health import Health
@@ -28,7 +28,7 @@ from shared.stage import Emit, envelope_consumer
 from shared.storage import ObjectNotFound, ObjectStore, open_store
 from shared.telemetry import get_logger
 
-from .embed import BatchingEmbedder, load_minilm, load_triton_minilm
+from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
 from .lookup import SemanticCache
 from .policy import CachePolicy
 from .store import CacheStore
@@ -99,6 +99,18 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     async def connect(stop: asyncio.Event) -> None:
         if settings.cache_embed_triton_url:
             encode = await asyncio.to_thread(load_triton_minilm, settings.cache_embed_triton_url)
+        elif settings.cache_embed_backend == "onnx":
+            try:
+                encode = await asyncio.to_thread(
+                    load_onnx_minilm, settings.model_dir, settings.cache_embed_threads
+                )
+            except OSError as exc:  # not exported there and the models dir is read-only: export here
+                log.warning(
+                    "exporting MiniLM into the var dir", models_dir=str(settings.model_dir), error=str(exc)
+                )
+                encode = await asyncio.to_thread(
+                    load_onnx_minilm, settings.var_dir / "cache" / "models", settings.cache_embed_threads
+                )
         else:
             encode = await asyncio.to_thread(load_minilm, threads=settings.cache_embed_threads)
         embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
@@ -192,7 +204,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         health.add_check("cache_store", lambda: "c" in state)
         consumers.append(
             envelope_consumer(
-                "cache_writeback", "responses", write_back, producer, settings, validate_input=False
+                "cache_writeback",
+                "responses",
+                write_back,
+                producer,
+                settings,
+                validate_input=False,
+                fetch_max_wait_ms=off_path_wait_ms(settings),
             )
         )
         background = [connect, adapters, heartbeats, floors_sync]

@@ -29,7 +29,7 @@ from .batches import batch_router
 from .limits import Slots, TenantLimiter
 from .openai_format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
-from .rollouts import rollout_router
+from .rollouts import RolloutStore, rollout_router
 from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
 from .sse import BoundedStreamingResponse
 
@@ -71,6 +71,8 @@ class Backend:
     list_adapters: Callable[[str], Awaitable[list[Any]]] | None = None
     # True once SIGTERM arrived: new requests that wait for replies get 503 + Retry-After.
     draining: Callable[[], bool] = lambda: False
+    # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
+    rollouts: RolloutStore | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
     # shutdown waits for them before the reply reader stops.
     in_flight: Slots = field(init=False)
@@ -476,7 +478,9 @@ def create_app(backend: Backend) -> FastAPI:
             raise ApiError(404, f"no request {request_id!r}", "not_found")
         return found
 
-    app.include_router(rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError))
+    app.include_router(
+        rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError, backend.rollouts)
+    )
     app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
 

@@ -132,6 +132,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                     break
 
     registry = RegistryClient(settings)
+    rollouts = RolloutStore(store_path(settings))
     backend = Backend(
         settings=settings,
         submit=submit,
@@ -141,10 +142,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         resolve_adapter=registry.resolve,
         list_adapters=registry.list_visible,
         draining=lambda: health.draining,
+        rollouts=rollouts,
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
-    rollouts = RolloutStore(store_path(settings))
 
     async def read_rewards(stop: asyncio.Event) -> None:
         await follow_rewards(settings, rollouts, stop)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
@@ -165,6 +165,7 @@ class RolloutStore:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._lock = threading.Lock()
+        self._changed: dict[str, asyncio.Event] = {}  # rollout id -> set when its records arrive
         with self._lock:
             self._db.executescript(
                 """
@@ -216,6 +217,32 @@ class RolloutStore:
     def add(self, env: Envelope) -> None:
         with self._lock:
             self._add(env)
+
+    def notify(self, rollout_ids: set[str]) -> None:
+        """Wake GETs waiting on these rollouts (call on the event loop, after the records are stored)."""
+        for rid in rollout_ids:
+            ev = self._changed.pop(rid, None)
+            if ev is not None:
+                ev.set()
+
+    async def wait_done(self, tenant: str, rollout_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The status (no sample bodies) once the rollout completed or failed, or when `timeout_s`
+        passed: a trainer blocks on its job without polling, and hears of it as soon as the
+        gateway stored the last record."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ev = self._changed.setdefault(rollout_id, asyncio.Event())
+            found = await asyncio.to_thread(self.get, tenant, rollout_id, False)
+            left = deadline - time.monotonic()
+            if found is None:
+                self._changed.pop(rollout_id, None)
+                return None
+            if found["status"] in ("completed", "failed") or left <= 0:
+                return found
+            try:
+                await asyncio.wait_for(ev.wait(), left)
+            except TimeoutError:
+                pass
 
     def _add(self, env: Envelope) -> None:
         """Store one sy.rewards record (sample, group, or a job-level error); repeats are ignored."""
@@ -437,6 +464,7 @@ async def _read_rewards(
                     envs.append(env)
         if envs:
             await asyncio.to_thread(store.add_many, envs)
+            store.notify({env.rollout.rollout_id for env in envs})
 
 
 # ----------------------------------------------------------------------------------- routes
@@ -447,10 +475,14 @@ def rollout_router(
     check_model: Callable[[str, str, Envelope | None], Awaitable[None]],
     check_ready: Callable[[], None],
     api_error: Callable[[int, str, str, str | None], Exception],
+    store: RolloutStore | None = None,
 ) -> APIRouter:
-    """The /v1/rollouts routes; `check_model` pins the policy adapter onto the job envelope."""
+    """The /v1/rollouts routes; `check_model` pins the policy adapter onto the job envelope.
+
+    `store`: the one the sy.rewards reader fills (so `wait` hears of new records); None opens the
+    same file without that (tests of the routes alone)."""
     router = APIRouter()
-    store = RolloutStore(store_path(settings))
+    store = store or RolloutStore(store_path(settings))
     functions = default_functions(triton_url_of(settings))
 
     @router.post("/v1/rollouts", status_code=202)
@@ -507,10 +539,23 @@ def rollout_router(
 
     @router.get("/v1/rollouts/{rollout_id}")
     async def get_rollout(
-        rollout_id: str, samples: bool = True, tenant: str = Depends(tenant_dep)
+        rollout_id: str,
+        samples: bool = True,
+        wait: float = Query(
+            default=0.0, ge=0, le=60, description="seconds to hold the reply until the rollout is done"
+        ),
+        tenant: str = Depends(tenant_dep),
     ) -> dict[str, Any]:
-        """Status, counts, throughput, and (samples=true) every group with its samples and rewards."""
-        found = await asyncio.to_thread(store.get, tenant, rollout_id, samples)
+        """Status, counts, throughput, and (samples=true) every group with its samples and rewards.
+
+        `wait`: long poll; the reply comes when the rollout completed or failed, or after `wait`
+        seconds with the status as it is then."""
+        if wait > 0:
+            found = await store.wait_done(tenant, rollout_id, wait)
+            if found is not None and samples:
+                found = await asyncio.to_thread(store.get, tenant, rollout_id, True)
+        else:
+            found = await asyncio.to_thread(store.get, tenant, rollout_id, samples)
         if found is None:
             raise api_error(404, f"no rollout {rollout_id!r}", "not_found", None)
         return found

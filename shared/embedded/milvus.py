@@ -24,9 +24,16 @@ _COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "da
 
 
 class EmbeddedMilvus:
-    def __init__(self, var_dir: Path, host: str = "127.0.0.1", base_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        host: str = "127.0.0.1",
+        base_dir: Path | None = None,
+        cpus: frozenset[int] | None = None,
+    ) -> None:
         self.base_dir = (base_dir or var_dir / "milvus").resolve()
         self.host = host
+        self.cpus = cpus  # None: the cores this process has
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.metrics_port = 0
@@ -110,12 +117,17 @@ class EmbeddedMilvus:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=self._preexec,
         )
         log.close()
         if not self.wait_healthy(timeout_s):
             self.stop()
             raise RuntimeError(f"embedded Milvus did not become healthy on {self.uri}; see {self.log_path}")
+
+    def _preexec(self) -> None:
+        die_with_parent()
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)  # Go sizes GOMAXPROCS from this mask at start
 
     def healthy(self) -> bool:
         try:

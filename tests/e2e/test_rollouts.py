@@ -126,6 +126,19 @@ def wait(p: Pipeline, rid: str, pred, timeout_s: float = 240) -> dict:
     raise AssertionError(f"rollout {rid} stuck at {got}\n{p.output()}")
 
 
+def wait_done(p: Pipeline, rid: str, timeout_s: float = 300) -> dict:
+    """Long poll (`?wait=`): the reply comes as soon as the gateway stored the job's last record."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = httpx.get(
+            p.base_url + f"/rollouts/{rid}", params={"samples": False, "wait": 20}, headers=A, timeout=60
+        )
+        assert r.status_code == 200, r.text
+        if r.json()["status"] in ("completed", "failed"):
+            return r.json()
+    raise AssertionError(f"rollout {rid} not done\n{p.output()}")
+
+
 def rewards_records(p: Pipeline, rollout_id: str) -> list:
     recs = asyncio.run(collect(p.endpoints["kafka"], "sy.rewards", 10**9, timeout_s=4))
     envs = [decode(r.value) for r in recs]
@@ -164,7 +177,8 @@ def test_rollout_job_survives_a_reward_service_sigkill_without_duplicates(rl) ->
     os.kill(pid, signal.SIGKILL)
     at_kill = get(rl, rid, samples=False)["counts"]["groups_completed"]
     assert at_kill < k, "the job finished before the kill: make it longer"
-    done = wait(rl, rid, lambda g: g["status"] == "completed", timeout_s=300)
+    done = wait_done(rl, rid, timeout_s=300)
+    assert done["status"] == "completed", done
     assert json.loads(rl.endpoints_path.read_text())["services"]["reward"]["pid"] != pid  # restarted
     assert done["counts"] == {
         "groups_completed": k,

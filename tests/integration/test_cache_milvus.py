@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 from switchyard.v1.envelope_pb2 import (
     AdapterRef,
@@ -18,7 +21,7 @@ from switchyard.v1.envelope_pb2 import (
 )
 from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion
 
-from services.cache.embed import BatchingEmbedder, load_minilm
+from services.cache.embed import BatchingEmbedder, load_minilm, load_onnx_minilm
 from services.cache.keys import cache_key
 from services.cache.lookup import SemanticCache
 from services.cache.policy import CachePolicy
@@ -29,17 +32,42 @@ from shared.envelope import Envelope, Kind
 _n = itertools.count()
 
 
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or ROOT / "var" / "models")
+
+
 @pytest.fixture(scope="module")
 def encode():  # type: ignore[no-untyped-def]
-    return load_minilm(threads=1)  # as the cache service runs it (SY_CACHE_EMBED_THREADS)
+    # As the cache service runs it: ONNX Runtime (SY_CACHE_EMBED_BACKEND), one thread
+    # (SY_CACHE_EMBED_THREADS); `switchyard models build` exported it (else this does).
+    return load_onnx_minilm(MODELS_DIR, threads=1)
 
 
-def test_the_embedder_runs_on_the_threads_it_was_given(encode) -> None:  # type: ignore[no-untyped-def]
+def test_the_torch_embedder_runs_on_the_threads_it_was_given() -> None:
     import torch
 
-    v = encode(["How do I reset my password?"])
+    v = load_minilm(threads=1)(["How do I reset my password?"])
     assert torch.get_num_threads() == 1
     assert v.shape == (1, 384) and abs(float((v * v).sum()) - 1.0) < 1e-4
+
+
+def test_the_onnx_embedder_gives_the_torch_models_vectors(encode) -> None:  # type: ignore[no-untyped-def]
+    """Thresholds and the verifier were tuned on sentence-transformers' vectors: the ONNX export
+    must give the same ones, for short and long prompts (cut at 256 tokens), alone or padded in
+    a batch of mixed lengths."""
+    texts = [
+        "How do I reset my password?",
+        "a",
+        "Is the clinic open on Sundays? " * 3,
+        "word " * 400,  # past the model's 256 tokens
+        "Quelle est la capitale de l'Australie ?",
+    ]
+    ref = load_minilm(threads=1)(texts)
+    batch = encode(texts)
+    assert batch.shape == (5, 384) and batch.dtype == np.float32
+    assert np.allclose((ref * batch).sum(axis=1), 1.0, atol=1e-4), (ref * batch).sum(axis=1)
+    alone = np.concatenate([encode([t]) for t in texts])
+    assert np.allclose(alone, batch, atol=1e-5)  # padding changes nothing
 
 
 @pytest.fixture

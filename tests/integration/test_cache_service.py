@@ -9,6 +9,7 @@ model makes the same request a miss again; per-tenant floors through the API per
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from switchyard.v1.events_pb2 import Heartbeat
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.envelope import Envelope, Kind, decode, encode
 from tests.helpers.kafka import collect, produce, service_env, services
+
+MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or Path(__file__).resolve().parents[2] / "var" / "models")
 
 TOKEN = "cache-test-token"
 
@@ -56,6 +59,7 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         SY_MILVUS_URI=milvus.uri,
         SY_MILVUS_COLLECTION=f"svc_{int(time.time())}",
         SY_INTERNAL_TOKEN=TOKEN,
+        SY_MODELS_DIR=str(MODELS_DIR),  # the ONNX MiniLM `switchyard models build` exported
     )
     # Ready once MiniLM is loaded and Milvus answers (the /readyz check `cache_store`).
     with services(["cache"], env, var_dir, ready_timeout_s=180) as procs:

@@ -162,6 +162,9 @@ def test_verifier_catches_slot_changes_opposites_roles_and_added_constraints() -
     # Opposites by lexicon (on stems) and by negative prefix; negative-polarity verbs.
     assert opposite("Is the clinic closed on Sundays?", "Is the clinic open on Sundays?")
     assert opposite("Is this medicine unsuitable for children?", "Is this medicine suitable for children?")
+    # Found by probing one-slot swaps: MiniLM puts these at 0.95-0.97, and "off-peak" is one word.
+    assert opposite("How much is an off-peak ticket?", "How much is a peak ticket?") == "peak/off-peak"
+    assert not v.check("Is the off-peak entrance open?", "Is the peak entrance open?", 0.97).ok
     assert opposite("Who won the women's final?", "Who won the men's final?")
     assert not v.check(
         "Which foods should I avoid before surgery?", "Which foods should I eat before surgery?", 0.95

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 import uuid
 from pathlib import Path
 
@@ -441,5 +442,44 @@ def test_a_refused_kafka_job_without_rollout_id_still_completes_as_failed() -> N
         out = await RewardStage(FNS, await _alias_at(1), Published()).handle(env)
         assert isinstance(out, Envelope) and out.rollout.rollout_id == out.request_id == "job-7"
         assert out.error.code == "invalid_request"
+
+    asyncio.run(main())
+
+
+def test_gateway_rollout_wait_returns_when_the_last_record_is_stored(tmp_path: Path) -> None:
+    """GET /v1/rollouts/{id}?wait=: held until the reader stores the group that completes the job."""
+    from services.gateway.rollouts import RolloutStore
+
+    store = RolloutStore(tmp_path / "r.sqlite")
+    job_env = job()
+    job_env.rollout.num_groups, job_env.rollout.accepted_unix_ns = 2, 1
+    store.accept(job_env, {"model": "sy-tiny"})
+
+    async def main() -> None:
+        stage = RewardStage(FNS, await _alias_at(2), Published())
+        recs = []
+        for i, g in enumerate(fan_out(job(), 100, FNS)):
+            recs += (await stage.handle(answered(g, ["3", "4", str(i)]))).all
+        # Nothing arrives: the wait ends at its timeout with the status as it is.
+        t0 = time.monotonic()
+        got = await store.wait_done("t", "ro-1", 0.2)
+        assert got is not None and got["status"] == "queued" and time.monotonic() - t0 >= 0.2
+        assert await store.wait_done("t", "ro-missing", 5) is None  # unknown: at once
+
+        async def reader() -> None:  # what follow_rewards does: store, then notify
+            await asyncio.sleep(0.1)
+            store.add_many(recs[:4])
+            store.notify({"ro-1"})
+            await asyncio.sleep(0.3)
+            store.add_many(recs[4:])
+            store.notify({"ro-1"})
+
+        task = asyncio.create_task(reader())
+        t0 = time.monotonic()
+        got = await store.wait_done("t", "ro-1", 10)
+        waited = time.monotonic() - t0
+        await task
+        assert got is not None and got["status"] == "completed"
+        assert 0.35 <= waited < 2, waited  # woke on the record that completed it, not on the first
 
     asyncio.run(main())
