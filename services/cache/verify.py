@@ -14,7 +14,10 @@ the similarity floor still has to agree with the new prompt on:
 - novel content words: when either side has content words the other lacks, the candidate needs
   the stricter `novel_floor` similarity (scope changes: "students" vs "nonprofits"); a pure
   addition (one side's content words all in the other, plus more: "gift" vs "gift card") is an
-  added constraint and needs `added_floor`.
+  added constraint and needs `added_floor`;
+- synonyms (services/cache/lexicon.py, WordNet 3.0): a slot filled with a synonym, or a verb and
+  its direct hypernym, is the same slot (change/switch, start/begin, update/change, order/request),
+  and a content word the other text has as a synonym is not novel.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .lexicon import WordNet, wordnet
 
 _WORD = re.compile(r"\d+(?:[.,:]\d+)*\s?(?:am|pm)\b|[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*", re.IGNORECASE)
 _NUMBER_WORDS = {
@@ -146,6 +151,31 @@ _STOP = set(
     will shall may might must please tell me know want need get got any some much many s t just also so about
     into over than too very way like best good really ok okay hi hello thanks thank""".split()
 ) | {"um", "uh", "er", "erm", "hmm", "yeah", "hey", "hiya"}  # spoken fillers and greetings
+# Pleasantries around the question ("Hi, quick one: ...", "Morning! ...", "... Thanks in advance"):
+# not part of what is asked. "quick one" would otherwise read as the number 1, "Morning" as a time.
+_GREETING = re.compile(
+    r"^\s*(?:(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*)?"
+    r"(?:(?:quick|simple|silly)\s+(?:one|question|q)|just\s+wondering|sorry(?:\s+to\s+bother\s+you)?)\s*[,!.:;\-]+\s*",
+    re.IGNORECASE,
+)
+_GREETING_ONLY = re.compile(
+    r"^\s*(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*",
+    re.IGNORECASE,
+)
+_THANKS = re.compile(
+    r"[\s,.!;:\-]*\b(?:thanks|thank\s+you|thx|cheers|ta)(?:\s+(?:so|very)\s+much)?(?:\s+in\s+advance)?[\s.!]*$",
+    re.IGNORECASE,
+)
+
+
+def strip_pleasantries(text: str) -> str:
+    """The question without a greeting before it or thanks after it."""
+    out = _GREETING.sub("", text, count=1)
+    out = _GREETING_ONLY.sub("", out, count=1)
+    out = _THANKS.sub("", out)
+    return out.strip() or text
+
+
 # Contractions: the part before the apostrophe carries the word ("what's" -> what, "I'm" -> I).
 _CONTRACTION = re.compile(r"'(?:s|m|re|ve|d|ll)$", re.IGNORECASE)
 
@@ -223,7 +253,7 @@ _FROM_TO = re.compile(
 )
 
 
-def slot_changed(new: str, old: str) -> str:
+def slot_changed(new: str, old: str, lexicon: WordNet | None = None) -> str:
     """The same sentence frame with one slot filled differently ("for a puppy" / "for a kitten",
     "home insurance" / "car insurance"): a different question, whatever the cosine says. Returns
     the changed slot ("puppy/kitten"), or "" when the texts differ in more than one place, or only
@@ -241,6 +271,8 @@ def slot_changed(new: str, old: str) -> str:
         return ""
     if _stem(x) == _stem(y) or difflib.SequenceMatcher(None, x, y).ratio() >= 0.8:
         return ""  # a typo or an inflection
+    if lexicon is not None and lexicon.related(x, y):
+        return ""  # the same slot in other words (change/update)
     return f"{x}/{y}"
 
 
@@ -278,8 +310,13 @@ def _base(w: str) -> str:
 
 
 def content(text: str) -> set[str]:
+    return set(content_words(text))
+
+
+def content_words(text: str) -> dict[str, str]:
+    """Content words as stem -> the word as written (lower case)."""
     return {
-        _stem(w)
+        _stem(w): _base(w)
         for w in _words(text)
         if _base(w) not in _STOP
         and w.lower() not in _NEGATIONS
@@ -300,10 +337,12 @@ class Verifier:
     novel_floor: float = 0.85  # similarity needed when content words differ
     added_floor: float = 0.95  # ... when one side only adds content words (an added constraint)
     enabled: bool = True
+    lexicon: WordNet | None = field(default_factory=wordnet, repr=False)  # None: no synonym rules
 
     def check(self, new: str, old: str, similarity: float) -> Verdict:
         if not self.enabled or new.strip().lower() == old.strip().lower():
             return Verdict(True)
+        new, old = strip_pleasantries(new), strip_pleasantries(old)
         if numbers(new) != numbers(old):
             return Verdict(False, "numbers")
         if negations(new) % 2 != negations(old) % 2:
@@ -318,11 +357,13 @@ class Verifier:
             new, old
         ):
             return Verdict(False, "order")
-        slot = slot_changed(new, old)
+        slot = slot_changed(new, old, self.lexicon)
         if slot:
             return Verdict(False, f"slot:{slot}")
         co = content(old)
         cn = _spelled_as(content(new), co)
+        if cn != co and self.lexicon is not None:
+            cn = _synonyms_as(content_words(new), content_words(old), cn, co, self.lexicon)
         if cn != co:
             if similarity < self.novel_floor:
                 return Verdict(False, "novel_words")
@@ -370,6 +411,19 @@ def _spelled_as(words: set[str], other: set[str]) -> set[str]:
     """`words` with each one-letter slip of a word of `other` spelled as in `other`."""
     only_other = other - words
     return {w if w in other else next((x for x in only_other if _one_slip(w, x)), w) for w in words}
+
+
+def _synonyms_as(
+    new: dict[str, str], old: dict[str, str], cn: set[str], co: set[str], lexicon: WordNet
+) -> set[str]:
+    """`cn` with each word the old text lacks spelled as an old-only word it is a synonym of."""
+    only_old = {s: old[s] for s in co - cn}
+    out = set()
+    for stem in cn:
+        if stem not in co and stem in new:
+            stem = next((s for s, w in only_old.items() if lexicon.related(new[stem], w)), stem)
+        out.add(stem)
+    return out
 
 
 def _dedupe(xs: list[str]) -> list[str]:

