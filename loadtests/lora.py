@@ -44,7 +44,7 @@ import openai
 from loadtests.pipeline import pct, prompts
 from loadtests.stack import run_result, stack_env, start_stack
 from shared.cpus import format_cpus, service_cpus
-from shared.embedded.procs import die_with_parent, free_port, kill_group, stop_process
+from shared.embedded.procs import child_setup, free_port, kill_group, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
@@ -193,17 +193,14 @@ class Stack:
             SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",
         )
         services = service_cpus(env.get("SY_SERVICE_CPUS", "auto"))
-        preexec = die_with_parent
+        cpus = None
         if services is not None:  # as the launcher starts its own worker (shared/cpus.py)
             env["SY_FRONTEND_CPUS"] = format_cpus(services)
             # The launcher's worker has the engine cores the services leave (SY_ENGINE_CPUS=own);
             # this one's engine goes on the services' cores, so the two engines never share one
             # (measured: two engines on both of two cores ran half the tokens/s of one per core).
             if env.get("SY_ENGINE_CPUS", "own") == "own":
-
-                def preexec() -> None:
-                    die_with_parent()
-                    os.sched_setaffinity(0, services)
+                cpus = services
 
         env.pop("SY_KAFKA_PORT", None)
         log = open(self.var_dir / f"vllm_worker-{i}.log", "wb")  # noqa: SIM115
@@ -215,7 +212,7 @@ class Stack:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=preexec,
+            preexec_fn=child_setup(cpus),
         )
         self.extra.append(proc)
         deadline = time.monotonic() + 300

@@ -30,7 +30,7 @@ from shared.config import DEFAULT_PORTS, Settings
 from shared.cpus import engine_cpus, format_cpus, pin_process, service_cpus
 from shared.embedded.kafka import EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
-from shared.embedded.procs import die_with_parent, free_port, kill_group, port_free, stop_process
+from shared.embedded.procs import child_setup, free_port, kill_group, port_free, stop_process
 from shared.embedded.triton import EmbeddedTriton
 from shared.topics import ensure_topics
 
@@ -241,16 +241,10 @@ class Launcher:
 
     def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
-        preexec = die_with_parent
+        cpus = None
         if child.name == "vllm_worker" and self.service_cpus is not None:
-            # The engine it starts keeps these cores (every core, or those the services leave);
-            # see shared/cpus.py.
-            every = engine_cpus(self.s.engine_cpus, self.all_cpus, self.service_cpus)
-
-            def preexec() -> None:
-                die_with_parent()
-                os.sched_setaffinity(0, every)
-
+            # The engine it starts keeps these cores (every core, or those the services leave).
+            cpus = engine_cpus(self.s.engine_cpus, self.all_cpus, self.service_cpus)
         child.proc = subprocess.Popen(
             child.argv,
             env=child.env,
@@ -258,7 +252,7 @@ class Launcher:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=preexec,
+            preexec_fn=child_setup(cpus),
         )
         child.started_at = time.monotonic()
         child.pump = asyncio.create_task(self._pump(child, child.proc))

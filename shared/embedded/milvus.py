@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from shared.embedded.procs import die_with_parent, free_port, stop_process, wait_port
+from shared.embedded.procs import child_setup, free_port, stop_process, wait_port
 
 # Components whose gRPC listener would otherwise bind the first non-loopback address.
 _COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
@@ -117,17 +117,12 @@ class EmbeddedMilvus:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=self._preexec,
+            preexec_fn=child_setup(self.cpus),  # Go sizes GOMAXPROCS from the mask at start
         )
         log.close()
         if not self.wait_healthy(timeout_s):
             self.stop()
             raise RuntimeError(f"embedded Milvus did not become healthy on {self.uri}; see {self.log_path}")
-
-    def _preexec(self) -> None:
-        die_with_parent()
-        if self.cpus is not None:
-            os.sched_setaffinity(0, self.cpus)  # Go sizes GOMAXPROCS from this mask at start
 
     def healthy(self) -> bool:
         try:

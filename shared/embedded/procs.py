@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 
@@ -18,6 +19,20 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def child_setup(cpus: frozenset[int] | set[int] | None = None) -> Callable[[], None]:
+    """preexec_fn: die with the parent and, given `cpus`, start on those cores (the child and
+    whatever it forks keep them; see shared/cpus.py)."""
+    if cpus is None:
+        return die_with_parent
+    chosen = frozenset(cpus)
+
+    def setup() -> None:
+        die_with_parent()
+        os.sched_setaffinity(0, chosen)
+
+    return setup
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from shared.cpus import engine_cpus, format_cpus, parse_cpus, service_cpus
+from shared.embedded.procs import child_setup
 
 
 def test_parse_cpu_lists() -> None:
@@ -124,10 +125,9 @@ def test_embedded_milvus_gets_every_core_when_the_services_are_pinned(tmp_path, 
 
     # The child really starts on those cores: the pre-exec hook sets the mask it inherits.
     mine = sorted(os.sched_getaffinity(0))
-    m = EmbeddedMilvus(tmp_path, cpus=frozenset(mine[:1]))
     out = subprocess.run(
         [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-        preexec_fn=m._preexec,
+        preexec_fn=child_setup(frozenset(mine[:1])),
         capture_output=True,
         text=True,
         check=True,
