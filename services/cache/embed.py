@@ -124,6 +124,9 @@ class BatchingEmbedder:
             if self.window_s and len(self._queue) < self.max_batch:
                 await asyncio.sleep(self.window_s)
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
+            batch = [(t, f) for t, f in batch if not f.done()]  # cancelled: an exact hit came first
+            if not batch:
+                continue
             t0 = time.perf_counter()
             try:
                 vecs = await asyncio.to_thread(self._encode, [t for t, _ in batch])

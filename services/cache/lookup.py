@@ -97,16 +97,23 @@ class SemanticCache:
         live = self.versions.live(env.model)
         out = Outcome(False)
         t0 = time.time_ns()
-        exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
+        # The embedding runs while the exact query is out: most lookups miss the exact tier, and
+        # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
+        embedding = asyncio.ensure_future(self.embedder.embed(key.text))
+        try:
+            exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
+        except BaseException:
+            embedding.cancel()
+            raise
         out.timings.append(("cache_exact", t0, time.time_ns(), {}))
         if exact is not None:
+            embedding.cancel()
             self.stats.hits_exact += 1
             out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
             return out
-        t1 = time.time_ns()
-        vec = await self.embedder.embed(key.text)
+        vec = await embedding
         t2 = time.time_ns()
-        out.timings.append(("cache_embed", t1, t2, {"batch": self.embedder.last_batch_size}))
+        out.timings.append(("cache_embed", t0, t2, {"batch": self.embedder.last_batch_size}))
         cands = await asyncio.to_thread(self.store.search, key, vec, self.top_k, at_ms, live)
         t3 = time.time_ns()
         out.timings.append(("cache_search", t2, t3, {"candidates": len(cands)}))

@@ -274,3 +274,38 @@ def test_collection_without_model_versions_is_replaced(milvus: EmbeddedMilvus) -
     store.drop()
     store.close()
     client.close()
+
+
+async def test_embedding_overlaps_the_exact_query(milvus: EmbeddedMilvus, encode) -> None:  # type: ignore[no-untyped-def]
+    """A lookup that misses the exact tier has its embedding under way before the exact query
+    returns; an exact hit drops the embedding from its timings."""
+    events: list[tuple[str, float]] = []
+
+    def recording_encode(texts):  # type: ignore[no-untyped-def]
+        events.append(("encode", time.perf_counter()))
+        return encode(texts)
+
+    store = CacheStore(milvus.uri, collection=f"t_cache_{next(_n)}_{int(time.time())}")
+    store.ensure()
+    exact = store.exact
+
+    def slow_exact(*a, **kw):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)  # a slow Milvus: the embedding must not wait for it
+        got = exact(*a, **kw)
+        events.append(("exact", time.perf_counter()))
+        return got
+
+    store.exact = slow_exact  # type: ignore[method-assign]
+    try:
+        c = SemanticCache(store, BatchingEmbedder(recording_encode), CachePolicy(floor=0.8, ttl_s=3600))
+        await stored(c, req("How do I reset my password?"))
+        events.clear()
+        miss = await c.lookup(req("Which plan includes phone support?"))
+        assert not miss.hit and [e for e, _ in events] == ["encode", "exact"], events
+        events.clear()
+        hit = await c.lookup(req("How do I reset my password?"))
+        assert hit.hit and hit.tier == "exact"
+        assert "cache_embed" not in {stage for stage, *_ in hit.timings}
+    finally:
+        store.drop()
+        store.close()
