@@ -1,6 +1,7 @@
 """rollouts: RL rollout throughput through Switchyard vs the vLLM engine directly, and reward scoring.
 
-(a) The same job, K prompts x n samples (fixed length: min_tokens = max_tokens, temperature 1),
+(a) The same jobs, K prompts x n samples for each K in JOB_PROMPTS (32 and 128; fixed length:
+    min_tokens = max_tokens, temperature 1; the larger job is the headline),
     against vLLM's AsyncLLM in-process (one request per prompt with n, all submitted at once),
     then through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
     generated, scored and published on sy.rewards, and read back by the gateway), then the engine
@@ -34,6 +35,11 @@ from loadtests.stack import models_dir, run_result
 from shared.models import tasks
 
 MAX_TOKENS = 32
+# Job sizes (prompts; n samples each), run in one engine / one pipeline. The headline is the larger:
+# an RL step's batch is hundreds of prompts x n, and the small one shows what the job's fixed
+# latency (fan-out, hops to the engine and back) costs when there is little to amortise it over.
+JOB_PROMPTS = (32, 128)
+QUICK_JOB_PROMPTS = (8,)
 FETCH_WAIT_MS = os.environ.get("ROLLOUTS_FETCH_WAIT_MS", "")
 REPEATS = 2  # each side runs the job this many times in one engine/pipeline; the best run counts
 
@@ -127,7 +133,9 @@ def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
     return None if services is None else (engine_cpus("own", every, services), services)
 
 
-async def direct_main(model_dir: str, k: int, n: int, placement: str = "all") -> dict[str, Any]:
+async def direct_main(
+    model_dir: str, ks: tuple[int, ...], n: int, placement: str = "all"
+) -> dict[str, dict[str, Any]]:
     """Run in a subprocess: the engine must be gone before the pipeline starts its own.
 
     placement `all`: the engine may use every core (the baseline the target is read against);
@@ -175,25 +183,28 @@ async def direct_main(model_dir: str, k: int, n: int, placement: str = "all") ->
         return len(done), tokens, time.perf_counter()
 
     await asyncio.gather(*(one(f"warm-{i}", p) for i, p in enumerate(job_prompts(2))))
-    runs = []
-    for rep in range(REPEATS):
-        t0 = time.perf_counter()
-        rs = await asyncio.gather(*(one(f"job{rep}-{i}", p) for i, p in enumerate(job_prompts(k))))
-        wall = time.perf_counter() - t0
-        samples, tokens = sum(r[0] for r in rs), sum(r[1] for r in rs)
-        runs.append(
-            {
-                "samples": samples,
-                "tokens": tokens,
-                "wall_s": round(wall, 3),
-                "samples_per_s": round(samples / wall, 2),
-                "tokens_per_s": round(tokens / wall, 1),
-                # the first prompt's samples all done (Switchyard's group_completion_ms_first)
-                "first_group_ms": round((min(r[2] for r in rs) - t0) * 1000, 1),
-            }
-        )
+    results = {}
+    for k in ks:
+        runs = []
+        for rep in range(REPEATS):
+            t0 = time.perf_counter()
+            rs = await asyncio.gather(*(one(f"job{k}-{rep}-{i}", p) for i, p in enumerate(job_prompts(k))))
+            wall = time.perf_counter() - t0
+            samples, tokens = sum(r[0] for r in rs), sum(r[1] for r in rs)
+            runs.append(
+                {
+                    "samples": samples,
+                    "tokens": tokens,
+                    "wall_s": round(wall, 3),
+                    "samples_per_s": round(samples / wall, 2),
+                    "tokens_per_s": round(tokens / wall, 1),
+                    # the first prompt's samples all done (Switchyard's group_completion_ms_first)
+                    "first_group_ms": round((min(r[2] for r in rs) - t0) * 1000, 1),
+                }
+            )
+        results[str(k)] = best(runs)
     llm.shutdown()
-    return best(runs)
+    return results
 
 
 def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,8 +213,12 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**top, "runs_samples_per_s": [r["samples_per_s"] for r in runs]}
 
 
-def run_direct(model_dir: Path, k: int, n: int, placement: str = "all") -> dict[str, Any]:
-    return run_result("loadtests.rollouts", "direct", str(model_dir), str(k), str(n), placement)  # type: ignore[no-any-return]
+def run_direct(
+    model_dir: Path, ks: tuple[int, ...], n: int, placement: str = "all"
+) -> dict[str, dict[str, Any]]:
+    """Per job size (str(k)), the engine's best run."""
+    spec = ",".join(str(k) for k in ks)
+    return run_result("loadtests.rollouts", "direct", str(model_dir), spec, str(n), placement)  # type: ignore[no-any-return]
 
 
 async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]:
@@ -252,6 +267,21 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
     }
 
 
+def compare(direct: dict[str, Any], ours: dict[str, Any], same: dict[str, Any] | None) -> dict[str, Any]:
+    """One job size: samples/s of each side and the ratios the target is read on."""
+    return {
+        "direct_samples_per_s": direct["samples_per_s"],
+        "switchyard_samples_per_s": ours["samples_per_s"],
+        "samples_per_s_ratio": round(ours["samples_per_s"] / direct["samples_per_s"], 3),
+        "direct_on_switchyards_engine_cores_samples_per_s": same["samples_per_s"] if same else None,
+        "ratio_vs_engine_on_the_same_cores": round(ours["samples_per_s"] / same["samples_per_s"], 3)
+        if same
+        else None,
+        "first_group_ms_direct": direct["first_group_ms"],
+        "first_group_ms_switchyard": ours["group_completion_ms_first"],
+    }
+
+
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     from shared.models.build import build_model
 
@@ -259,52 +289,51 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     var_dir = (out / "rollouts-var").resolve()
     shutil.rmtree(var_dir, ignore_errors=True)  # fresh state per run (no disk cache, no old stores)
     var_dir.mkdir(parents=True, exist_ok=True)
-    k, n = (8, 4) if quick else (32, 8)
+    ks, n = (QUICK_JOB_PROMPTS, 4) if quick else (JOB_PROMPTS, 8)
     scoring = await scoring_throughput(4000 if quick else 40000)
 
-    direct = run_direct(model_dir, k, n)
+    direct = run_direct(model_dir, ks, n)
     # The stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: with the
     # engine on its own core, 50 ms measured no better than the 5 ms default).
     overrides = {"SY_KAFKA_FETCH_MAX_WAIT_MS": FETCH_WAIT_MS} if FETCH_WAIT_MS else {}
     proc, url = start_pipeline(model_dir, var_dir, **overrides)
+    ours = {}
     try:
         await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
-        ours = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
+        for k in ks:
+            ours[str(k)] = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     # The engine again after the pipeline, and the better of its two runs counts: a machine whose
     # background load drifts during the scenario must not flatter the pipeline.
-    again = run_direct(model_dir, k, n)
-    if again["samples_per_s"] > direct["samples_per_s"]:
-        direct = {**again, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
-    else:
-        direct = {**direct, "runs_samples_per_s": direct["runs_samples_per_s"] + again["runs_samples_per_s"]}
+    again = run_direct(model_dir, ks, n)
+    for key, a in again.items():
+        d = direct[key]
+        runs = d["runs_samples_per_s"] + a["runs_samples_per_s"]
+        direct[key] = {**(a if a["samples_per_s"] > d["samples_per_s"] else d), "runs_samples_per_s": runs}
     # The engine on the cores Switchyard gives it (its front end on the services' cores): the
     # pipeline's own cost is the ratio against this; the rest is the cores the services keep.
-    same = run_direct(model_dir, k, n, "switchyard") if switchyard_placement() else None
-    ratio = ours["samples_per_s"] / direct["samples_per_s"]
+    same = run_direct(model_dir, ks, n, "switchyard") if switchyard_placement() else None
+    per_size = {key: compare(direct[key], ours[key], same[key] if same else None) for key in ours}
+    head = per_size[str(max(ks))]
     summary = {
-        "prompts": k,
+        "job_prompts": list(ks),
+        "headline_job": f"{max(ks)} prompts x n={n}",
         "n": n,
         "max_tokens": MAX_TOKENS,
-        "direct_samples_per_s": direct["samples_per_s"],
-        "switchyard_samples_per_s": ours["samples_per_s"],
-        "samples_per_s_ratio": round(ratio, 3),
+        **head,
         "target_ratio": 0.9,
+        "samples_per_s_ratio_by_job_prompts": {key: c["samples_per_s_ratio"] for key, c in per_size.items()},
         "reward_stage_samples_per_s": scoring["stage_samples_per_s"],
         "reward_functions_samples_per_s": scoring["functions_only_samples_per_s"],
         "target_scoring_samples_per_s": 5000,
         "switchyard_fetch_max_wait_ms": int(FETCH_WAIT_MS or 0) or "default",
-        "direct_on_switchyards_engine_cores_samples_per_s": same["samples_per_s"] if same else None,
-        "ratio_vs_engine_on_the_same_cores": round(ours["samples_per_s"] / same["samples_per_s"], 3)
-        if same
-        else None,
     }
     return {
         "scenario": "rollouts",
         "workload": {
-            "prompts": k,
+            "job_prompts": list(ks),
             "n": n,
             "max_tokens": MAX_TOKENS,
             "min_tokens": MAX_TOKENS,
@@ -313,6 +342,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "asyncllm_in_process": direct,
         "asyncllm_on_switchyards_engine_cores": same,
         "switchyard": ours,
+        "by_job_prompts": per_size,
         "reward_scoring": scoring,
         "summary": summary,
     }
@@ -320,9 +350,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
 
 if __name__ == "__main__":
     if len(sys.argv) in (5, 6) and sys.argv[1] == "direct":
-        result = asyncio.run(direct_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:]))
+        ks = tuple(int(k) for k in sys.argv[3].split(","))
+        result = asyncio.run(direct_main(sys.argv[2], ks, int(sys.argv[4]), *sys.argv[5:]))
         print("RESULT " + json.dumps(result), flush=True)
     elif len(sys.argv) == 2 and sys.argv[1] == "scoring":
         print(json.dumps(asyncio.run(scoring_throughput(40000)), indent=2))
     else:
-        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K N [all|switchyard] | scoring")
+        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K[,K...] N [all|switchyard] | scoring")

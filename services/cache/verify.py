@@ -16,7 +16,7 @@ the similarity floor still has to agree with the new prompt on:
   addition (one side's content words all in the other, plus more: "gift" vs "gift card") is an
   added constraint and needs `added_floor`;
 - synonyms (services/cache/lexicon.py, WordNet 3.0): a slot filled with a synonym, or a verb and
-  its direct hypernym, is the same slot (change/switch, start/begin, update/change, order/request),
+  its direct hypernym, is the same slot (change/switch, start/begin, order/request, set up/create),
   and a content word the other text has as a synonym is not novel.
 """
 
@@ -272,7 +272,7 @@ def slot_changed(new: str, old: str, lexicon: WordNet | None = None) -> str:
     if _stem(x) == _stem(y) or difflib.SequenceMatcher(None, x, y).ratio() >= 0.8:
         return ""  # a typo or an inflection
     if lexicon is not None and lexicon.related(x, y):
-        return ""  # the same slot in other words (change/update)
+        return ""  # the same slot in other words (change/switch)
     return f"{x}/{y}"
 
 
