@@ -153,15 +153,13 @@ _STOP = set(
 ) | {"um", "uh", "er", "erm", "hmm", "yeah", "hey", "hiya"}  # spoken fillers and greetings
 # Pleasantries around the question ("Hi, quick one: ...", "Morning! ...", "... Thanks in advance"):
 # not part of what is asked. "quick one" would otherwise read as the number 1, "Morning" as a time.
+_HELLO = r"(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*"
 _GREETING = re.compile(
-    r"^\s*(?:(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*)?"
+    rf"^\s*(?:{_HELLO})?"
     r"(?:(?:quick|simple|silly)\s+(?:one|question|q)|just\s+wondering|sorry(?:\s+to\s+bother\s+you)?)\s*[,!.:;\-]+\s*",
     re.IGNORECASE,
 )
-_GREETING_ONLY = re.compile(
-    r"^\s*(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*",
-    re.IGNORECASE,
-)
+_GREETING_ONLY = re.compile(rf"^\s*{_HELLO}", re.IGNORECASE)
 _THANKS = re.compile(
     r"[\s,.!;:\-]*\b(?:thanks|thank\s+you|thx|cheers|ta)(?:\s+(?:so|very)\s+much)?(?:\s+in\s+advance)?[\s.!]*$",
     re.IGNORECASE,
@@ -360,10 +358,11 @@ class Verifier:
         slot = slot_changed(new, old, self.lexicon)
         if slot:
             return Verdict(False, f"slot:{slot}")
-        co = content(old)
-        cn = _spelled_as(content(new), co)
+        words_new, words_old = content_words(new), content_words(old)
+        co = set(words_old)
+        cn = _spelled_as(set(words_new), co)
         if cn != co and self.lexicon is not None:
-            cn = _synonyms_as(content_words(new), content_words(old), cn, co, self.lexicon)
+            cn = _synonyms_as(words_new, words_old, cn, co, self.lexicon)
         if cn != co:
             if similarity < self.novel_floor:
                 return Verdict(False, "novel_words")
