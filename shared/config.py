@@ -123,7 +123,7 @@ class Settings(BaseSettings):
         default=1000, ge=100, description="Group heartbeat; at most a third of the session timeout"
     )
     kafka_linger_ms: int = Field(
-        default=1, ge=0, le=1000, description="Producer linger (batching vs latency)"
+        default=0, ge=0, le=1000, description="Producer linger (batching vs latency)"
     )
     kafka_max_request_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Producer request and consumer fetch size limit"
@@ -347,6 +347,13 @@ class Settings(BaseSettings):
         description="Collection of cache entries",
     )
     cache_enabled: bool = Field(default=True, description="Serve and store cache entries (off: pass-through)")
+    cache_peek_url: str | None = Field(
+        default=None,
+        description="Cache service URL the gateway asks for an exact hit while the request runs the pipeline (unset: no peek)",
+    )
+    cache_peek_timeout_s: float = Field(
+        default=0.5, gt=0, le=30, description="How long the gateway waits for a peek before it gives up on it"
+    )
     cache_similarity_floor: float = Field(
         default=0.80, ge=0, le=1, description="Cosine floor for semantic candidates (then the verifier)"
     )

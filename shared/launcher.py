@@ -227,6 +227,10 @@ class Launcher:
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
             env.setdefault("SY_REGISTRY_URL", f"http://{self.s.health_host}:{reg}")
+        # The gateway peeks at the cache's exact tier (it starts after the cache, so its port is known).
+        cache = next((c.port for c in self.children if c.name == "cache"), 0)
+        if name == "gateway" and cache and self.s.cache_enabled:
+            env.setdefault("SY_CACHE_PEEK_URL", f"http://{self.s.health_host}:{cache}")
         if name == "vllm_worker" and self.service_cpus is not None:
             env["SY_FRONTEND_CPUS"] = format_cpus(self.service_cpus)
         if self.kafka is not None:

@@ -86,7 +86,7 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiokafka", "kafka", "uvicorn.access"):
+    for noisy in ("aiokafka", "kafka", "uvicorn.access", "httpx", "httpcore"):  # a line per call
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(service=service)

@@ -36,7 +36,12 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
         "switchyard.v1.Envelope",
         "Validated requests with media stored and tokens counted",
     ),
-    TopicSpec("routing", "request_id", "switchyard.v1.Envelope", "Cache misses waiting for a pool decision"),
+    TopicSpec(
+        "routing",
+        "request_id",
+        "switchyard.v1.Envelope",
+        "Requests waiting for a pool decision: cache misses, and those the cache could not answer",
+    ),
     TopicSpec("stream", "request_id", "switchyard.v1.StreamDelta", "Token deltas of streaming requests"),
     TopicSpec(
         "responses", "request_id", "switchyard.v1.Envelope", "Final responses and errors, with timings"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
+from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -21,12 +23,12 @@ from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 from shared.auth import is_internal
 from shared.bus import Producer, follow, off_path_wait_ms
 from shared.config import Settings
-from shared.envelope import Envelope
+from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
 from shared.health import Health
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.storage import ObjectNotFound, ObjectStore, open_store
-from shared.telemetry import get_logger
+from shared.telemetry import add_timing, get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
 from .lookup import SemanticCache
@@ -275,8 +277,33 @@ def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStor
             {"tenant": name, "similarity_floor": cache.policy.floor_for(name), "default": cache.policy.floor}
         )
 
+    async def peek(req: Request) -> Response:
+        """The exact tier for the gateway, which sends each cacheable request here while the same
+        request runs the pipeline: 200 + the answered envelope on a hit, 204 otherwise."""
+        if not authorised(req):
+            return JSONResponse({"error": {"message": "invalid token", "type": "auth"}}, status_code=401)
+        cache = state.get("c")
+        if cache is None:
+            return Response(status_code=204, headers={"x-cache-reason": "not_ready"})
+        t0 = time.time_ns()
+        try:
+            env = Envelope.FromString(await req.body())
+        except DecodeError:
+            return JSONResponse({"error": {"message": "body is not a switchyard.v1.Envelope"}}, 400)
+        try:
+            out = await cache.peek(env)
+        except Exception as exc:  # noqa: BLE001 - a failed peek is a miss: the pipeline answers
+            log.warning("cache peek failed", error=repr(exc))
+            return Response(status_code=204, headers={"x-cache-reason": "error"})
+        if not out.hit:
+            return Response(status_code=204, headers={"x-cache-reason": out.reason})
+        hit = cache.apply_hit(env, out, parent="cache_peek")
+        add_timing(hit, "cache_peek", t0, time.time_ns())
+        return Response(hit.SerializeToString(), media_type=CONTENT_TYPE_PROTOBUF)
+
     return Starlette(
         routes=[
+            Route("/v1/cache/peek", peek, methods=["POST"]),
             Route("/v1/cache/stats", stats),
             Route("/v1/cache/entries", purge, methods=["DELETE"]),
             Route("/v1/cache/tenants/{tenant}", tenant, methods=["GET", "PUT", "DELETE"]),

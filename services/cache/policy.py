@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shared.cache_rules import NO_STORE, bypass_reason
 from shared.envelope import Envelope
 
-NO_STORE = "no_store"  # envelope metadata key: "1"/"true" = never store this request or its answer
+__all__ = ["NO_STORE", "CachePolicy"]
 
 
 @dataclass(frozen=True)
@@ -28,20 +29,7 @@ class CachePolicy:
 
     def bypass(self, env: Envelope) -> str | None:
         """Why this request must not be answered from (or written to) the cache; None = cacheable."""
-        if not self.enabled:
-            return "disabled"
-        if env.metadata.get(NO_STORE, "").lower() in ("1", "true", "yes"):
-            return "no_store"
-        s = env.request.sampling
-        # Unset temperature means 1.0 to the engine (OpenAI/vLLM default): sampled, not deterministic.
-        temperature = s.temperature if s.HasField("temperature") else 1.0
-        if temperature > 0 and env.tenant not in self.sampled_tenants:
-            return "sampled"
-        if s.n > 1 or s.logprobs:
-            return "multi_or_logprobs"
-        if not env.request.messages and not env.request.prompt:
-            return "empty"
-        return None
+        return bypass_reason(env, enabled=self.enabled, sampled_tenants=self.sampled_tenants)
 
     def storable(self, env: Envelope) -> str | None:
         """Why a finished response must not be written back; None = store it."""

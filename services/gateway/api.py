@@ -26,6 +26,7 @@ from shared.openai_errors import error_body, error_response, error_type
 from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
 from .batches import batch_router
+from .cache_peek import worth_peeking
 from .limits import Slots, TenantLimiter
 from .openai_format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
@@ -56,6 +57,10 @@ def _error(
     return error_response("gateway", status, message, code, param, headers)
 
 
+# peek(serialised envelope, request id, tenant) -> the answered envelope on an exact hit, else None.
+Peek = Callable[[bytes, str, str], Awaitable[Envelope | None]]
+
+
 @dataclass
 class Backend:
     """What the API needs from the process: publishing and the reply side."""
@@ -71,6 +76,8 @@ class Backend:
     list_adapters: Callable[[str], Awaitable[list[Any]]] | None = None
     # True once SIGTERM arrived: new requests that wait for replies get 503 + Retry-After.
     draining: Callable[[], bool] = lambda: False
+    # The cache's exact tier, asked while the request runs the pipeline (cache_peek.py); None: no peeking.
+    peek: Peek | None = None
     # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
     rollouts: RolloutStore | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
@@ -244,6 +251,14 @@ def create_app(backend: Backend) -> FastAPI:
             release()
             raise
 
+    peeks: set[asyncio.Task[None]] = set()
+
+    async def peek_cache(peek: Peek, request: bytes, rid: str, tenant: str) -> None:
+        """An exact hit answers the waiter now; the pipeline's answer then arrives as a duplicate."""
+        hit = await peek(request, rid, tenant)
+        if hit is not None:
+            backend.replies.on_response(hit, 0)
+
     async def _run(
         req: ChatCompletionRequest | CompletionRequest,
         tenant: str,
@@ -260,6 +275,11 @@ def create_app(backend: Backend) -> FastAPI:
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
+        if backend.peek is not None and worth_peeking(env, s):
+            # Out while the record is produced: the pipeline run is never held back by it.
+            peek_task = asyncio.create_task(peek_cache(backend.peek, env.SerializeToString(), rid, tenant))
+            peeks.add(peek_task)  # a reference until it ends (the loop keeps only weak ones)
+            peek_task.add_done_callback(peeks.discard)
         try:
             with request_span("gateway", request.headers, t0, request_id=rid, tenant=tenant):
                 await backend.submit(env)

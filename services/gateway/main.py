@@ -18,6 +18,7 @@ from shared.stage import Emit, out_record
 from shared.telemetry import get_logger
 
 from .api import Backend, BodyLimit, async_result, create_app
+from .cache_peek import CachePeek
 from .replies import ReplyRouter, ResultStore
 from .rollouts import RolloutStore, follow_rewards, store_path
 
@@ -133,6 +134,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
+    peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
     backend = Backend(
         settings=settings,
         submit=submit,
@@ -143,6 +145,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         list_adapters=registry.list_visible,
         draining=lambda: health.draining,
         rollouts=rollouts,
+        peek=peek,
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
@@ -164,6 +167,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         background=[read_replies, resubmit, read_rewards],
         app=app,
         on_drain=[open_requests_answered],
+        on_stop=[peek.close] if peek is not None else [],
     )
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, Request
+from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.envelope import Envelope, Kind, decode, encode
@@ -27,12 +27,15 @@ MAX_RECORD = 65536
 
 
 def chat(rid: str, text: str = "What is 2+2?") -> Envelope:
+    """Temperature 0: a request the cache could answer, so preprocess sends it on to sy.prepared."""
     return Envelope(
         request_id=rid,
         tenant="acme",
         kind=Kind.KIND_CHAT,
         model="sy-tiny",
-        request=Request(messages=[ChatMessage(role="user", content=text)]),
+        request=Request(
+            messages=[ChatMessage(role="user", content=text)], sampling=SamplingParams(temperature=0)
+        ),
     )
 
 

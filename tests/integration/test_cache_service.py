@@ -82,6 +82,37 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         )
         await produce(broker.bootstrap, f"{topics}responses", [encode(got)])
         wait_stats(port, lambda s: s.get("stored", 0) >= 1)
+        # 2b. The gateway's peek at the exact tier (HTTP, internal token): the same request is
+        # answered with the stored response; a paraphrase, another tenant, a sampled request and
+        # a request with an image are not (the semantic tier runs only in the pipeline).
+        peek_url = f"http://127.0.0.1:{port}/v1/cache/peek"
+        auth = {"authorization": f"Bearer {TOKEN}"}
+
+        def peek(e: Envelope, headers: dict[str, str] = auth) -> httpx.Response:
+            return httpx.post(peek_url, content=e.SerializeToString(), headers=headers)
+
+        assert peek(chat("p1", "How do I reset my password?"), {}).status_code == 401
+        r = peek(chat("p1", "How do I reset my password?"))
+        assert r.status_code == 200, r.text
+        answered = Envelope.FromString(r.content)
+        assert answered.request_id == "p1" and answered.cache.hit and answered.cache.tier == "exact"
+        assert answered.response.choices[0].text == "Settings > Security > Reset"
+        assert {"cache_peek", "cache_exact"} <= {t.stage for t in answered.timings}
+        sampled = chat("p5", "How do I reset my password?")
+        sampled.request.sampling.ClearField("temperature")
+        pictured = chat("p6", "How do I reset my password?")
+        pictured.request.messages[0].parts.add(type="image_url").image_url.url = "data:image/png;base64,AA=="
+        for e, reason in (
+            (chat("p2", "How can I reset my password?"), "no_exact"),
+            (chat("p3", "How do I reset my password?", tenant="rival"), "no_exact"),
+            (sampled, "sampled"),
+            (pictured, "media"),
+        ):
+            r = peek(e)
+            assert (r.status_code, r.headers.get("x-cache-reason")) == (204, reason), e.request_id
+        assert httpx.post(peek_url, content=b"\xff\xff", headers=auth).status_code == 400
+        s = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
+        assert (s["peeks"], s["peek_hits"], s["lookups"]) == (5, 1, 1)  # peeks are not lookups
         # 3. A paraphrase is answered by the cache, on sy.responses, with the stored answer.
         await produce(
             broker.bootstrap, f"{topics}prepared", [encode(chat("q2", "How can I reset my password?"))]
@@ -136,13 +167,13 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
             until=lambda rs: any(decode(r.value).request_id == "q3" for r in rs),
         )
         assert not next(decode(r.value) for r in recs if decode(r.value).request_id == "q3").cache.hit
+        assert peek(chat("p7", "How do I reset my password?")).status_code == 204  # nor by a peek
         stats = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
         assert stats["hits_semantic"] == 1 and stats["hits_exact"] == 0 and stats["hit_rate"]["semantic"] > 0
         assert stats["lookup_ms"]["p50"] is not None and stats["entries"] == 0
 
         # 5. Per-tenant floor through the API: token required, validated, persisted, reloaded.
         url = f"http://127.0.0.1:{port}/v1/cache/tenants/acme"
-        auth = {"authorization": f"Bearer {TOKEN}"}
         assert httpx.put(url, json={"similarity_floor": 0.95}).status_code == 401
         bad = httpx.put(url, json={"similarity_floor": 1.5}, headers=auth)
         assert bad.status_code == 400 and "similarity_floor" in bad.json()["error"]["message"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
-from switchyard.v1.envelope_pb2 import ChatMessage, Request
+from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.envelope import Envelope, Kind, decode, encode, to_json
@@ -18,13 +18,15 @@ from tests.helpers.kafka import collect, produce, service_env, services
 STAGES = ["preprocess", "cache", "router"]
 
 
-def chat(rid: str, text: str = "What is 2+2?") -> Envelope:
+def chat(rid: str, text: str = "What is 2+2?", temperature: float | None = 0.0) -> Envelope:
+    """Temperature 0 by default: a request the cache could answer (None: unset, i.e. sampled)."""
+    sampling = SamplingParams(temperature=temperature) if temperature is not None else SamplingParams()
     return Envelope(
         request_id=rid,
         tenant="acme",
         kind=Kind.KIND_CHAT,
         model="sy-tiny",
-        request=Request(messages=[ChatMessage(role="user", content=text)]),
+        request=Request(messages=[ChatMessage(role="user", content=text)], sampling=sampling),
     )
 
 
@@ -58,14 +60,23 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
             [as_json.encode()],
             headers=[("content-type", b"application/json")],
         )
-        out = await collect(broker.bootstrap, f"{topics}infer.vllm", 2)
+        await produce(broker.bootstrap, f"{topics}requests", [encode(chat("r-sampled", temperature=None))])
+        out = await collect(broker.bootstrap, f"{topics}infer.vllm", 3)
         metrics = httpx.get(f"http://127.0.0.1:{procs['preprocess'].port}/metrics").text
-    assert 'sy_records_total{outcome="ok",stage="preprocess"} 2.0' in metrics
-    assert f'sy_queue_wait_seconds_count{{stage="preprocess",topic="{topics}requests"}} 2.0' in metrics
+    assert 'sy_records_total{outcome="ok",stage="preprocess"} 3.0' in metrics
+    assert f'sy_queue_wait_seconds_count{{stage="preprocess",topic="{topics}requests"}} 3.0' in metrics
     assert 'sy_in_flight{stage="preprocess"}' in metrics and "sy_consumer_lag" in metrics
-    assert len(out) == 2
+    assert len(out) == 3
     by_id = {decode(r.value).request_id: r for r in out}
-    assert set(by_id) == {"r-proto", "r-json"}
+    assert set(by_id) == {"r-proto", "r-json", "r-sampled"}
+    # A sampled request (temperature unset = 1) is one the cache could never answer: preprocess
+    # sends it straight to the router, one hop less.
+    sampled = decode(by_id["r-sampled"].value)
+    assert [t.attrs["topic"] for t in sampled.timings if t.stage == "queue"] == [
+        f"{topics}requests",
+        f"{topics}routing",
+    ]
+    assert "cache" not in {t.stage for t in sampled.timings}
 
     rec = by_id["r-proto"]
     got = decode(rec.value)

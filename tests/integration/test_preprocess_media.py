@@ -9,7 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
-from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request
+from switchyard.v1.envelope_pb2 import (
+    ChatMessage,
+    ContentPart,
+    ImageUrl,
+    InputAudio,
+    Request,
+    SamplingParams,
+)
 
 from shared.envelope import Envelope, Kind, decode, encode
 from shared.storage import LocalStore
@@ -24,8 +31,12 @@ POOLS = [
 
 def chat(rid: str, model: str, *parts: ContentPart) -> Envelope:
     msg = ChatMessage(role="user", parts=[ContentPart(type="text", text="What is this?"), *parts])
-    return Envelope(
-        request_id=rid, tenant="acme", kind=Kind.KIND_CHAT, model=model, request=Request(messages=[msg])
+    return Envelope(  # temperature 0: the cache could answer it, so it goes on to sy.prepared
+        request_id=rid,
+        tenant="acme",
+        kind=Kind.KIND_CHAT,
+        model=model,
+        request=Request(messages=[msg], sampling=SamplingParams(temperature=0)),
     )
 
 

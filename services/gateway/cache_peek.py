@@ -1,0 +1,71 @@
+"""Ask the cache's exact tier for an answer while the request runs the pipeline (a hedged read).
+
+An exact repeat is the cheapest answer there is, yet through the pipeline it pays three Kafka
+hops (gateway -> preprocess -> cache -> gateway) before the client sees it. So the gateway also
+sends each request the cache could answer straight to the cache service's exact tier over HTTP;
+whichever answer arrives first is sent (`ReplyRouter` drops the other). The pipeline run is not
+held back, so a miss costs the client nothing; a hit costs the pipeline one duplicate lookup,
+whose response record is ignored here like any duplicate. The cache service keeps all the rules
+(policy, live model versions, expiry): the gateway only pre-filters with the shared rule.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from shared.cache_rules import cache_may_answer
+from shared.config import Settings
+from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
+from shared.telemetry import get_logger
+
+log = get_logger(__name__)
+
+
+def worth_peeking(env: Envelope, settings: Settings) -> bool:
+    """Text-only requests the cache could answer (media hashes exist only after preprocess)."""
+    if len(env.media) or any(p.type != "text" for m in env.request.messages for p in m.parts):
+        return False
+    return cache_may_answer(env, settings)
+
+
+class CachePeek:
+    def __init__(self, settings: Settings) -> None:
+        assert settings.cache_peek_url
+        self.settings = settings
+        self.url = settings.cache_peek_url.rstrip("/") + "/v1/cache/peek"
+        self._http = httpx.AsyncClient(
+            timeout=settings.cache_peek_timeout_s,
+            headers={
+                "authorization": f"Bearer {settings.internal_token.get_secret_value()}",
+                "content-type": CONTENT_TYPE_PROTOBUF,
+            },
+        )
+        self.hits = self.misses = self.failures = 0
+
+    async def __call__(self, request: bytes, request_id: str, tenant: str) -> Envelope | None:
+        """The answered envelope on an exact hit; None on a miss or any failure (never raises).
+        `request`: the serialised envelope of that request id and tenant."""
+        try:
+            r = await self._http.post(self.url, content=request)
+        except httpx.HTTPError as exc:
+            self.failures += 1
+            log.debug("cache peek failed", error=repr(exc))
+            return None
+        if r.status_code != 200:
+            self.misses += 1
+            if r.status_code != 204:
+                log.warning("cache peek refused", status=r.status_code, body=r.text[:200])
+            return None
+        try:
+            hit = Envelope.FromString(r.content)
+        except Exception:  # noqa: BLE001 - a bad body is a miss
+            self.failures += 1
+            return None
+        if hit.request_id != request_id or hit.tenant != tenant or not hit.cache.hit:
+            self.failures += 1
+            return None
+        self.hits += 1
+        return hit
+
+    async def close(self) -> None:
+        await self._http.aclose()
