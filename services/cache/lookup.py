@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from switchyard.v1.envelope_pb2 import Response
@@ -17,11 +17,14 @@ from shared.envelope import Envelope
 from shared.telemetry import add_timing
 
 from .embed import BatchingEmbedder
-from .keys import cache_key, entry_id
+from .keys import CacheKey, cache_key, entry_id
 from .policy import CachePolicy
-from .store import CacheStore, Entry
+from .store import CacheStore, Entry, now_ms
 from .verify import Verifier
 from .versions import LiveVersions
+
+PEEKED_KEEP_S = 60.0  # how long a peek's finding stands in for the same request's exact query
+PEEKED_MAX = 10_000
 
 
 @dataclass(slots=True)
@@ -81,6 +84,8 @@ class SemanticCache:
         self.top_k = top_k
         self.versions = versions or LiveVersions()
         self.stats = Stats()
+        # (tenant, request id) -> (when, exact key, entry or None): what the gateway's peek found.
+        self._peeked: OrderedDict[tuple[str, str], tuple[float, str, Entry | None]] = OrderedDict()
 
     async def lookup(self, env: Envelope, at_ms: int | None = None) -> Outcome:
         t_start = time.perf_counter()
@@ -99,20 +104,28 @@ class SemanticCache:
         live = self.versions.live(env.model)
         out = Outcome(False)
         t0 = time.time_ns()
-        # The embedding runs while the exact query is out: most lookups miss the exact tier, and
-        # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
-        embedding = asyncio.ensure_future(self.embedder.embed(key.text))
-        try:
-            exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
-        except BaseException:
-            embedding.cancel()
-            raise
-        out.timings.append(("cache_exact", t0, time.time_ns(), {}))
+        peeked = self._recall(env, key)
+        if peeked is not None:  # the gateway's peek asked the exact tier moments ago: not again
+            exact = peeked[0]
+            out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
+            embedding = None if exact is not None else asyncio.ensure_future(self.embedder.embed(key.text))
+        else:
+            # The embedding runs while the exact query is out: most lookups miss the exact tier, and
+            # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
+            embedding = asyncio.ensure_future(self.embedder.embed(key.text))
+            try:
+                exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
+            except BaseException:
+                embedding.cancel()
+                raise
+            out.timings.append(("cache_exact", t0, time.time_ns(), {}))
         if exact is not None:
-            embedding.cancel()
+            if embedding is not None:
+                embedding.cancel()
             self.stats.hits_exact += 1
             out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
             return out
+        assert embedding is not None
         vec = await embedding
         t2 = time.time_ns()
         out.timings.append(("cache_embed", t0, t2, {"batch": self.embedder.last_batch_size}))
@@ -156,12 +169,34 @@ class SemanticCache:
         key = cache_key(env)
         t0 = time.time_ns()
         exact = await asyncio.to_thread(self.store.exact, key, at_ms, self.versions.live(env.model))
+        self._remember(env, key, exact)
         out = Outcome(False, reason="no_exact")
         out.timings.append(("cache_exact", t0, time.time_ns(), {}))
         if exact is not None:
             self.stats.peek_hits += 1
             out.hit, out.tier, out.entry, out.similarity, out.reason = True, "exact", exact, 1.0, ""
         return out
+
+    def _remember(self, env: Envelope, key: CacheKey, exact: Entry | None) -> None:
+        """What the peek found, for the same request's lookup when it arrives through the pipeline
+        (in this replica: the usual case with one; another replica simply asks Milvus again)."""
+        now = time.monotonic()
+        self._peeked[(env.tenant, env.request_id)] = (now, key.exact, exact)
+        while self._peeked:
+            oldest = next(iter(self._peeked.values()))
+            if len(self._peeked) <= PEEKED_MAX and now - oldest[0] <= PEEKED_KEEP_S:
+                break
+            self._peeked.popitem(last=False)
+
+    def _recall(self, env: Envelope, key: CacheKey) -> tuple[Entry | None] | None:
+        """(entry or None) when this request was peeked at recently, else None (ask Milvus)."""
+        got = self._peeked.pop((env.tenant, env.request_id), None)
+        if got is None or got[1] != key.exact or time.monotonic() - got[0] > PEEKED_KEEP_S:
+            return None
+        entry = got[2]
+        if entry is not None and entry.expires_ms <= now_ms():
+            return None  # expired since: ask again
+        return (entry,)
 
     @staticmethod
     def apply_hit(env: Envelope, out: Outcome, parent: str = "cache") -> Envelope:

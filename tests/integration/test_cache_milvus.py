@@ -309,3 +309,36 @@ async def test_embedding_overlaps_the_exact_query(milvus: EmbeddedMilvus, encode
     finally:
         store.drop()
         store.close()
+
+
+async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCache) -> None:
+    """The gateway's peek and the same request's lookup in the pipeline ask the exact tier once:
+    a peek hit is the lookup's hit, a peek miss sends the lookup straight to the semantic tier;
+    another request (or the same id with other content) asks Milvus itself."""
+    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+    calls: list[str] = []
+    exact = cache.store.exact
+
+    def counting_exact(*a, **kw):  # type: ignore[no-untyped-def]
+        calls.append("exact")
+        return exact(*a, **kw)
+
+    cache.store.exact = counting_exact  # type: ignore[method-assign]
+    hit_req = req("How do I reset my password?", rid="p-1")
+    assert (await cache.peek(hit_req)).hit and calls == ["exact"]
+    out = await cache.lookup(req("How do I reset my password?", rid="p-1"))
+    assert out.hit and out.tier == "exact" and calls == ["exact"]  # not asked again
+    assert out.entry is not None and out.entry.prompt == "How do I reset my password?"
+    assert [a for s, *_, a in out.timings if s == "cache_exact"] == [{"from_peek": True}]
+
+    para = req("How can I reset my password?", rid="p-2")
+    assert not (await cache.peek(para)).hit and calls == ["exact"] * 2
+    out = await cache.lookup(req("How can I reset my password?", rid="p-2"))
+    assert out.hit and out.tier == "semantic" and calls == ["exact"] * 2  # straight to the search
+
+    assert (await cache.lookup(req("How do I reset my password?", rid="p-1"))).hit  # remembered once
+    assert calls == ["exact"] * 3
+    await cache.peek(req("How do I reset my password?", rid="p-3"))
+    assert (await cache.lookup(req("Which plan includes phone support?", rid="p-3"))).hit is False
+    assert calls == ["exact"] * 5  # same id, other content: asked again
+    assert cache.stats.peeks == 3 and cache.stats.peek_hits == 2
