@@ -85,6 +85,8 @@ class Launcher:
         self.names = services if services is not None else available_services()
         if not any(p.engine == "triton" for p in settings.pools):
             self.names = [n for n in self.names if n != "triton_worker"]  # no Triton pool configured
+        if not settings.cache_enabled:  # preprocess routes past it: an idle consumer costs CPU
+            self.names = [n for n in self.names if n != "cache"]
         self.kafka: EmbeddedKafka | None = None
         self.children: list[Child] = []
         self.bootstrap = settings.kafka_bootstrap or ""

@@ -1,0 +1,31 @@
+"""Which services `switchyard up` starts: the cache only when it is on (preprocess routes every
+request past it otherwise, so it would only poll the broker), the Triton worker only with a
+Triton pool; the gateway is told where to peek at the cache's exact tier only when it runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shared import launcher as launcher_mod
+from shared.config import Settings
+
+
+def names(tmp_path: Path, **kw: object) -> list[str]:
+    return launcher_mod.Launcher(Settings(var_dir=tmp_path, **kw), out=open(os.devnull, "w")).names  # noqa: SIM115
+
+
+def test_the_cache_service_runs_only_when_the_cache_is_on(tmp_path: Path) -> None:
+    assert "cache" in names(tmp_path, cache_enabled=True)
+    off = names(tmp_path, cache_enabled=False)
+    assert "cache" not in off and {"gateway", "preprocess", "router"} <= set(off)
+
+
+def test_the_gateway_peeks_at_the_cache_it_started(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("SY_CACHE_PEEK_URL", raising=False)
+    up = launcher_mod.Launcher(Settings(var_dir=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115
+    up.children.append(launcher_mod.Child("cache", 9999, {}, log_path=tmp_path / "cache.log"))
+    assert up._env_for("gateway", 8000)["SY_CACHE_PEEK_URL"].endswith(":9999")
+    assert "SY_CACHE_PEEK_URL" not in up._env_for("router", 9103)
+    alone = launcher_mod.Launcher(Settings(var_dir=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115
+    assert "SY_CACHE_PEEK_URL" not in alone._env_for("gateway", 8000)  # no cache started: no peek
