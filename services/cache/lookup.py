@@ -8,7 +8,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from switchyard.v1.envelope_pb2 import Response
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
@@ -22,6 +26,8 @@ from .policy import CachePolicy
 from .store import CacheStore, Entry, now_ms
 from .verify import Verifier
 from .versions import LiveVersions
+
+T = TypeVar("T")
 
 PEEKED_KEEP_S = 60.0  # how long a peek's finding stands in for the same request's exact query
 PEEKED_MAX = 10_000
@@ -86,6 +92,8 @@ class SemanticCache:
         self.stats = Stats()
         # (tenant, request id) -> (when, exact key, entry or None): what the gateway's peek found.
         self._peeked: OrderedDict[tuple[str, str], tuple[float, str, Entry | None]] = OrderedDict()
+        # Concurrent writes all wait for the same next tick: 8 threads ≈ 40 write-backs/s.
+        self._writer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cache-write")
 
     async def lookup(self, env: Envelope, at_ms: int | None = None) -> Outcome:
         t_start = time.perf_counter()
@@ -208,6 +216,11 @@ class SemanticCache:
         annotate(env, out, parent)
         return env
 
+    async def _write(self, call: Callable[[], T]) -> T:
+        """Writes wait for Milvus' time tick (~0.2 s, store.py): on threads of their own, so a
+        burst of write-backs never holds the threads the lookups run their queries on."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, call)
+
     async def write_back(self, env: Envelope, at_ms: int | None = None) -> str | None:
         """Store a completed miss; returns why not ("duplicate": this request id has an entry), or None."""
         why = self.policy.storable(env)
@@ -217,16 +230,18 @@ class SemanticCache:
         vec = await self.embedder.embed(key.text)
         resp = Response()
         resp.CopyFrom(env.response)
-        fresh = await asyncio.to_thread(
-            self.store.put,
-            key,
-            vec,
-            entry_id=entry_id(env.tenant, env.request_id),
-            request_id=env.request_id,
-            response=resp.SerializeToString(),
-            ttl_s=self.policy.ttl_s,
-            at_ms=at_ms,
-            model_version=env.response.model_version,
+        fresh = await self._write(
+            partial(
+                self.store.put,
+                key,
+                vec,
+                entry_id=entry_id(env.tenant, env.request_id),
+                request_id=env.request_id,
+                response=resp.SerializeToString(),
+                ttl_s=self.policy.ttl_s,
+                at_ms=at_ms,
+                model_version=env.response.model_version,
+            )
         )
         if not fresh:
             return "duplicate"
@@ -237,11 +252,11 @@ class SemanticCache:
         """Entries of deleted or no-longer-live adapter versions go."""
         live = [f"{ev.name}@{v.version}" for v in ev.versions]
         if ev.type == AdapterEvent.TYPE_VERSION_DELETED and ev.version:
-            n = await asyncio.to_thread(self.store.delete, adapter=f"{ev.name}@{ev.version}")
+            n = await self._write(partial(self.store.delete, adapter=f"{ev.name}@{ev.version}"))
         elif ev.type == AdapterEvent.TYPE_DELETED or not live:
-            n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name)
+            n = await self._write(partial(self.store.delete, adapter_name=ev.name))
         else:  # published / alias moved / resync: drop versions that are no longer live
-            n = await asyncio.to_thread(self.store.delete, adapter_name=ev.name, keep_adapters=live)
+            n = await self._write(partial(self.store.delete, adapter_name=ev.name, keep_adapters=live))
         self.stats.invalidated += n
         return n
 
@@ -253,12 +268,12 @@ class SemanticCache:
     async def prune_versions(self, now: float | None = None) -> int:
         n = 0
         for model, live in self.versions.changes(now).items():
-            n += await asyncio.to_thread(self.store.delete, model=model, keep_model_versions=sorted(live))
+            n += await self._write(partial(self.store.delete, model=model, keep_model_versions=sorted(live)))
         self.stats.invalidated += n
         return n
 
     async def sweep(self) -> int:
-        n = await asyncio.to_thread(self.store.sweep)
+        n = await self._write(self.store.sweep)
         self.stats.swept += n
         return n
 

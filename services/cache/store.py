@@ -2,9 +2,15 @@
 
 One collection, partition key `tenant`; scalar scope fields (model, adapter@version,
 context/media/params hashes), the exact-key hash, insert and expiry times; an HNSW index on
-the 384-d MiniLM vectors (cosine). Reads use Session consistency (this process sees its own
-writes at once; "Bounded" hides them, "Strong" costs ~200 ms: RUNTIME-NOTES). Filter values
-are escaped here (pymilvus' filter templates failed against the 2.3 server).
+the 384-d MiniLM vectors (cosine). Filter values are escaped here (pymilvus' filter templates
+failed against the 2.3 server).
+
+Consistency: lookups read "Eventually" and never wait. A Session read waits for the server's next
+time tick whenever this process wrote since its last read (pymilvus keeps the last write's
+timestamp per collection for the whole process): measured 193 ms for the first read after an
+insert vs 2 ms, so with Session every lookup that followed a write-back paid ~0.2 s. The write
+path pays it instead: `put` ends with a Session read, so an entry is visible to every lookup
+once `put` returns (and the next `put`'s duplicate check sees it); deletes end with a Strong read.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from .keys import CacheKey
 
 SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
 OUT_FIELDS = ["id", "prompt", "response", "request_id", "expires_ms", "adapter", "model", "model_version"]
-CONSISTENCY = "Session"
+CONSISTENCY = "Eventually"  # lookups and counts: never wait for a time tick
+WRITE_CONSISTENCY = "Session"  # the write path's reads: see this process' own inserts
 
 
 def lit(s: str) -> str:
@@ -82,7 +89,7 @@ class CacheStore:
             self.collection,
             schema=s,
             index_params=idx,
-            consistency_level=CONSISTENCY,
+            consistency_level=WRITE_CONSISTENCY,
             **({"num_partitions": 16} if self.partition_key else {}),
         )
         self.client.load_collection(self.collection)
@@ -165,16 +172,22 @@ class CacheStore:
         )
         # Insert, not upsert: Milvus 2.3.5's upsert puts rows of a partition-key collection where a
         # filter on the key does not find them. Dedupe by id instead (one entry per request id).
-        if self.client.query(
-            self.collection,
-            filter=f"id == {lit(entry_id)}",
-            output_fields=["id"],
-            limit=1,
-            consistency_level=CONSISTENCY,
-        ):
+        if self._has(entry_id):
             return False
         self.client.insert(self.collection, [row])
+        self._has(entry_id)  # waits for the tick that makes the insert visible to Eventually reads
         return True
+
+    def _has(self, entry_id: str) -> bool:
+        return bool(
+            self.client.query(
+                self.collection,
+                filter=f"id == {lit(entry_id)}",
+                output_fields=["id"],
+                limit=1,
+                consistency_level=WRITE_CONSISTENCY,
+            )
+        )
 
     def delete(
         self,
@@ -213,8 +226,8 @@ class CacheStore:
 
     def _delete(self, expr: str) -> int:
         res = self.client.delete(self.collection, filter=expr)
-        # Session reads missed a fresh delete on the 2.3.5 server until one Strong read (~200 ms;
-        # deletes are rare: invalidation, purge, the sweeper).
+        # Reads missed a fresh delete on the 2.3.5 server until one Strong read (~200 ms; deletes
+        # are rare: invalidation, purge, the sweeper).
         self.client.query(
             self.collection, filter='id == ""', output_fields=["id"], limit=1, consistency_level="Strong"
         )

@@ -342,3 +342,33 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
     assert (await cache.lookup(req("Which plan includes phone support?", rid="p-3"))).hit is False
     assert calls == ["exact"] * 5  # same id, other content: asked again
     assert cache.stats.peeks == 3 and cache.stats.peek_hits == 2
+
+
+async def test_lookups_never_wait_for_a_time_tick_and_see_a_finished_write_back(cache: SemanticCache) -> None:
+    """A Session read waits for Milvus' next time tick (~0.2 s) whenever this process wrote since
+    (pymilvus tracks the last write per collection), which every lookup after a write-back paid.
+    Lookups read Eventually; `put` itself waits until its row is visible, so a lookup right after
+    a write-back still finds it."""
+    levels: list[str] = []
+    client = cache.store.client
+    query, search = client.query, client.search
+
+    def recording(call):  # type: ignore[no-untyped-def]
+        def wrapped(*a, **kw):  # type: ignore[no-untyped-def]
+            levels.append(kw.get("consistency_level", "default"))
+            return call(*a, **kw)
+
+        return wrapped
+
+    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+    client.query, client.search = recording(query), recording(search)  # type: ignore[method-assign]
+    exact = await cache.lookup(req("How do I reset my password?"))
+    para = await cache.lookup(req("How can I reset my password?"))
+    assert exact.hit and exact.tier == "exact" and para.hit and para.tier == "semantic"
+    assert levels and set(levels) == {"Eventually"}, levels
+    levels.clear()
+    await stored(cache, req("Which plan includes phone support?"), "Pro and above.")
+    assert "Session" in levels  # the write path is where the wait belongs
+    levels.clear()
+    assert (await cache.lookup(req("Which plan includes phone support?"))).hit  # visible at once
+    assert set(levels) == {"Eventually"}, levels
