@@ -34,6 +34,9 @@ AUTH = {"Authorization": "Bearer sk-a"}
 def stack(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     p = Pipeline(
         tmp_path_factory.mktemp("crash"),
+        # The cache on (Milvus, write-backs): killing it must lose nothing either. Off, the stack
+        # would not run it at all (preprocess routes past a disabled cache).
+        SY_CACHE_ENABLED="true",
         SY_GATEWAY_RESUBMIT_AFTER_S="20",
         SY_GATEWAY_RESUBMIT_INTERVAL_S="2",
         SY_GATEWAY_RESUBMIT_MAX="10",
