@@ -34,6 +34,11 @@ def bypass_reason(env: Envelope, *, enabled: bool, sampled_tenants: Collection[s
     return None
 
 
+def has_media(env: Envelope) -> bool:
+    """Images or audio in the request: their hashes enter the cache key only after preprocess."""
+    return bool(len(env.media)) or any(p.type != "text" for m in env.request.messages for p in m.parts)
+
+
 def cache_may_answer(env: Envelope, settings: Settings) -> bool:
     """True where the cache stage could serve this request (it still decides, and may miss)."""
     return (

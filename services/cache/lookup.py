@@ -17,6 +17,7 @@ from typing import TypeVar
 from switchyard.v1.envelope_pb2 import Response
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
+from shared.cache_rules import has_media
 from shared.envelope import Envelope
 from shared.telemetry import add_timing
 
@@ -172,8 +173,8 @@ class SemanticCache:
         why = self.policy.bypass(env)
         if why:
             return Outcome(False, reason=why)
-        if any(p.type != "text" for m in env.request.messages for p in m.parts) or len(env.media):
-            return Outcome(False, reason="media")  # media hashes are known only after preprocess
+        if has_media(env):
+            return Outcome(False, reason="media")
         key = cache_key(env)
         t0 = time.time_ns()
         exact = await asyncio.to_thread(self.store.exact, key, at_ms, self.versions.live(env.model))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import httpx
 
-from shared.cache_rules import cache_may_answer
+from shared.cache_rules import cache_may_answer, has_media
 from shared.config import Settings
 from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
 from shared.telemetry import get_logger
@@ -23,15 +23,12 @@ log = get_logger(__name__)
 
 def worth_peeking(env: Envelope, settings: Settings) -> bool:
     """Text-only requests the cache could answer (media hashes exist only after preprocess)."""
-    if len(env.media) or any(p.type != "text" for m in env.request.messages for p in m.parts):
-        return False
-    return cache_may_answer(env, settings)
+    return not has_media(env) and cache_may_answer(env, settings)
 
 
 class CachePeek:
     def __init__(self, settings: Settings) -> None:
         assert settings.cache_peek_url
-        self.settings = settings
         self.url = settings.cache_peek_url.rstrip("/") + "/v1/cache/peek"
         self._http = httpx.AsyncClient(
             timeout=settings.cache_peek_timeout_s,
@@ -40,7 +37,6 @@ class CachePeek:
                 "content-type": CONTENT_TYPE_PROTOBUF,
             },
         )
-        self.hits = self.misses = self.failures = 0
 
     async def __call__(self, request: bytes, request_id: str, tenant: str) -> Envelope | None:
         """The answered envelope on an exact hit; None on a miss or any failure (never raises).
@@ -48,23 +44,18 @@ class CachePeek:
         try:
             r = await self._http.post(self.url, content=request)
         except httpx.HTTPError as exc:
-            self.failures += 1
             log.debug("cache peek failed", error=repr(exc))
             return None
         if r.status_code != 200:
-            self.misses += 1
             if r.status_code != 204:
                 log.warning("cache peek refused", status=r.status_code, body=r.text[:200])
             return None
         try:
             hit = Envelope.FromString(r.content)
         except Exception:  # noqa: BLE001 - a bad body is a miss
-            self.failures += 1
             return None
         if hit.request_id != request_id or hit.tenant != tenant or not hit.cache.hit:
-            self.failures += 1
             return None
-        self.hits += 1
         return hit
 
     async def close(self) -> None:
