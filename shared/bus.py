@@ -551,6 +551,7 @@ async def follow(
                 await consumer.seek_to_beginning(tp)
             else:
                 await consumer.seek_to_end(tp)
+                await consumer.position(tp)  # resolved now: a record sent from here on is read
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200)
             for records in batch.values():

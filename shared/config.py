@@ -374,6 +374,12 @@ class Settings(BaseSettings):
     )
     cache_top_k: int = Field(default=5, ge=1, le=100, description="Semantic candidates fetched per lookup")
     cache_ttl_s: float = Field(default=86400.0, gt=0, description="Lifetime of a cache entry")
+    cache_front_entries: int = Field(
+        default=10_000,
+        ge=0,
+        description="Exact entries each cache replica keeps in memory in front of Milvus (0: every exact "
+        "lookup asks Milvus); invalidations reach every replica's copy",
+    )
     cache_sweep_interval_s: float = Field(
         default=60.0, gt=0, description="How often expired entries are deleted"
     )

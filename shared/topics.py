@@ -58,6 +58,13 @@ BASE_TOPICS: tuple[TopicSpec, ...] = (
         True,
     ),
     TopicSpec(
+        "cache.purges",
+        "tenant",
+        "switchyard.v1.CachePurge",
+        "Purges made through a cache replica's API: every replica drops them from its in-memory exact tier",
+        1,
+    ),
+    TopicSpec(
         "rewards", "rollout_id", "switchyard.v1.Envelope", "Scored rollout samples and group advantages"
     ),
     TopicSpec(

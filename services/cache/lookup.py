@@ -22,6 +22,7 @@ from shared.envelope import Envelope
 from shared.telemetry import add_timing
 
 from .embed import BatchingEmbedder
+from .front import ExactFront, Purge
 from .keys import CacheKey, cache_key, entry_id
 from .policy import CachePolicy
 from .store import CacheStore, Entry, now_ms
@@ -54,6 +55,7 @@ class Stats:
     stored: int = 0
     peeks: int = 0  # exact-tier peeks from the gateway (the request also runs the pipeline)
     peek_hits: int = 0
+    front_hits: int = 0  # exact hits (lookups and peeks) answered from memory, without Milvus
     invalidated: int = 0
     swept: int = 0
     lookup_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))  # recent lookups
@@ -85,8 +87,10 @@ class SemanticCache:
         verifier: Verifier | None = None,
         top_k: int = 5,
         versions: LiveVersions | None = None,
+        front: ExactFront | None = None,
     ) -> None:
         self.store, self.embedder, self.policy = store, embedder, policy
+        self.front = front if front is not None else ExactFront()
         self.verifier = verifier or Verifier()
         self.top_k = top_k
         self.versions = versions or LiveVersions()
@@ -114,16 +118,20 @@ class SemanticCache:
         out = Outcome(False)
         t0 = time.time_ns()
         peeked = self._recall(env, key)
+        front = self._from_front(key, live, at_ms) if peeked is None else None
         if peeked is not None:  # the gateway's peek asked the exact tier moments ago: not again
             exact = peeked[0]
             out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
             embedding = None if exact is not None else asyncio.ensure_future(self.embedder.embed(key.text))
+        elif front is not None:
+            exact, embedding = front, None
+            out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True}))
         else:
             # The embedding runs while the exact query is out: most lookups miss the exact tier, and
             # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
             embedding = asyncio.ensure_future(self.embedder.embed(key.text))
             try:
-                exact = await asyncio.to_thread(self.store.exact, key, at_ms, live)
+                exact = await self._exact(key, live, at_ms)
             except BaseException:
                 embedding.cancel()
                 raise
@@ -176,15 +184,33 @@ class SemanticCache:
         if has_media(env):
             return Outcome(False, reason="media")
         key = cache_key(env)
+        live = self.versions.live(env.model)
         t0 = time.time_ns()
-        exact = await asyncio.to_thread(self.store.exact, key, at_ms, self.versions.live(env.model))
+        exact = self._from_front(key, live, at_ms)
+        front = exact is not None
+        if exact is None:
+            exact = await self._exact(key, live, at_ms)
         self._remember(env, key, exact)
         out = Outcome(False, reason="no_exact")
-        out.timings.append(("cache_exact", t0, time.time_ns(), {}))
+        out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True} if front else {}))
         if exact is not None:
             self.stats.peek_hits += 1
             out.hit, out.tier, out.entry, out.similarity, out.reason = True, "exact", exact, 1.0, ""
         return out
+
+    def _from_front(self, key: CacheKey, live: frozenset[str], at_ms: int | None) -> Entry | None:
+        hit = self.front.get(key.tenant, key.exact, live, at_ms)
+        if hit is not None:
+            self.stats.front_hits += 1
+        return hit
+
+    async def _exact(self, key: CacheKey, live: frozenset[str], at_ms: int | None) -> Entry | None:
+        """Milvus' exact query; what it finds goes to the front (unless an invalidation came meanwhile)."""
+        generation = self.front.generation
+        found = await asyncio.to_thread(self.store.exact, key, at_ms, live)
+        if found is not None:
+            self.front.put(key.tenant, key.exact, found, generation)
+        return found
 
     def _remember(self, env: Envelope, key: CacheKey, exact: Entry | None) -> None:
         """What the peek found, for the same request's lookup when it arrives through the pipeline
@@ -231,33 +257,76 @@ class SemanticCache:
         vec = await self.embedder.embed(key.text)
         resp = Response()
         resp.CopyFrom(env.response)
+        at = now_ms() if at_ms is None else at_ms
+        entry = Entry(
+            id=entry_id(env.tenant, env.request_id),
+            prompt=key.text[:2000],
+            response=resp.SerializeToString(),
+            request_id=env.request_id,
+            expires_ms=at + int(self.policy.ttl_s * 1000),
+            model=key.model,
+            adapter=key.adapter,
+            model_version=env.response.model_version[:64],
+        )
+        generation = self.front.generation
         fresh = await self._write(
             partial(
                 self.store.put,
                 key,
                 vec,
-                entry_id=entry_id(env.tenant, env.request_id),
+                entry_id=entry.id,
                 request_id=env.request_id,
-                response=resp.SerializeToString(),
+                response=entry.response,
                 ttl_s=self.policy.ttl_s,
-                at_ms=at_ms,
-                model_version=env.response.model_version,
+                at_ms=at,
+                model_version=entry.model_version,
             )
         )
         if not fresh:
             return "duplicate"
+        self.front.put(key.tenant, key.exact, entry, generation)  # visible in Milvus too: put waited
         self.stats.stored += 1
         return None
+
+    async def purge(self, purge: Purge, milvus: bool = True) -> int:
+        """Remove matching entries from the front and (unless another replica already did) Milvus.
+
+        The front is dropped before and after the Milvus delete: a lookup whose query was out while
+        the delete ran could otherwise put back what it removed (fills check the generation)."""
+        n = self.front.drop(purge)
+        if not milvus:
+            return n
+        fields = {
+            k: v
+            for k, v in (
+                ("tenant", purge.tenant),
+                ("model", purge.model),
+                ("adapter", purge.adapter),
+                ("adapter_name", purge.adapter_name),
+                ("entry_id", purge.entry_id),
+            )
+            if v is not None
+        }
+        if purge.keep_adapters:
+            fields["keep_adapters"] = list(purge.keep_adapters)
+        if purge.keep_model_versions:
+            fields["keep_model_versions"] = list(purge.keep_model_versions)
+        if purge.expired_at_ms is not None:
+            n = await self._write(partial(self.store.sweep, purge.expired_at_ms))
+        else:
+            n = await self._write(partial(self.store.delete, **fields))
+        self.front.drop(purge)
+        return n
 
     async def on_adapter_event(self, ev: AdapterEvent) -> int:
         """Entries of deleted or no-longer-live adapter versions go."""
         live = [f"{ev.name}@{v.version}" for v in ev.versions]
         if ev.type == AdapterEvent.TYPE_VERSION_DELETED and ev.version:
-            n = await self._write(partial(self.store.delete, adapter=f"{ev.name}@{ev.version}"))
+            n = await self.purge(Purge(adapter=f"{ev.name}@{ev.version}"))
         elif ev.type == AdapterEvent.TYPE_DELETED or not live:
-            n = await self._write(partial(self.store.delete, adapter_name=ev.name))
+            n = await self.purge(Purge(adapter_name=ev.name))
         else:  # published / alias moved / resync: drop versions that are no longer live
-            n = await self._write(partial(self.store.delete, adapter_name=ev.name, keep_adapters=live))
+            n = await self.purge(Purge(adapter_name=ev.name, keep_adapters=tuple(live)))
         self.stats.invalidated += n
         return n
 
@@ -269,12 +338,12 @@ class SemanticCache:
     async def prune_versions(self, now: float | None = None) -> int:
         n = 0
         for model, live in self.versions.changes(now).items():
-            n += await self._write(partial(self.store.delete, model=model, keep_model_versions=sorted(live)))
+            n += await self.purge(Purge(model=model, keep_model_versions=tuple(sorted(live))))
         self.stats.invalidated += n
         return n
 
     async def sweep(self) -> int:
-        n = await self._write(self.store.sweep)
+        n = await self.purge(Purge(expired_at_ms=now_ms()))
         self.stats.swept += n
         return n
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, Field, ValidationError
@@ -18,10 +19,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
+from switchyard.v1.events_pb2 import AdapterEvent, CachePurge, Heartbeat
 
 from shared.auth import is_internal
-from shared.bus import Producer, follow, off_path_wait_ms
+from shared.bus import OutRecord, Producer, follow, off_path_wait_ms
 from shared.config import Settings
 from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
 from shared.health import Health
@@ -31,6 +32,7 @@ from shared.storage import ObjectNotFound, ObjectStore, open_store
 from shared.telemetry import add_timing, get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
+from .front import ExactFront, Purge
 from .lookup import SemanticCache
 from .policy import CachePolicy
 from .store import CacheStore
@@ -148,6 +150,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             verifier,
             top_k=settings.cache_top_k,
             versions=LiveVersions(settings.cache_model_version_window_s),
+            front=ExactFront(settings.cache_front_entries),
         )
         ready.set()
         log.info("cache ready", uri=settings.milvus_uri, collection=settings.milvus_collection)
@@ -190,6 +193,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             if n:
                 log.info("cache entries of replaced model versions invalidated", entries=n)
 
+    async def on_purge(rec: object) -> None:
+        """Another replica purged through its API (and Milvus): drop the same from this front."""
+        ev = CachePurge.FromString(rec.value)  # type: ignore[attr-defined]
+        cache = state.get("c")
+        if cache is not None and ev.replica != settings.instance_id:
+            await cache.purge(purge_of(ev), milvus=False)
+
     async def when_ready(stop: asyncio.Event) -> bool:
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait([waiter, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
@@ -204,6 +214,25 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         """Workers' model versions: entries of weights no longer served are neither served nor kept."""
         if await when_ready(stop):
             await follow(settings, settings.topic("heartbeats"), on_heartbeat, stop, client_id="cache-hb")
+
+    async def purges(stop: asyncio.Event) -> None:
+        # Not gated on readiness: following from the end, it must be reading before the front fills.
+        await follow(
+            settings,
+            settings.topic("cache.purges"),
+            on_purge,
+            stop,
+            from_beginning=False,
+            client_id="cache-purges",
+        )
+
+    async def announce(ev: CachePurge) -> None:
+        ev.replica, ev.sent_unix_ns = settings.instance_id, time.time_ns()
+        await producer.send(
+            OutRecord(
+                topic=settings.topic("cache.purges"), key=ev.tenant.encode(), value=ev.SerializeToString()
+            )
+        )
 
     consumers = [envelope_consumer("cache", "prepared", handle, producer, settings)]
     background = []
@@ -220,11 +249,25 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 fetch_max_wait_ms=off_path_wait_ms(settings),
             )
         )
-        background = [connect, adapters, heartbeats, floors_sync]
-    return Service(consumers, background=background, app=api(settings, state, objects))
+        background = [connect, adapters, heartbeats, floors_sync, purges]
+    return Service(consumers, background=background, app=api(settings, state, objects, announce))
 
 
-def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStore) -> Starlette:
+def purge_of(ev: CachePurge) -> Purge:
+    return Purge(
+        tenant=ev.tenant or None,
+        model=ev.model or None,
+        adapter=ev.adapter or None,
+        entry_id=ev.entry_id or None,
+    )
+
+
+def api(
+    settings: Settings,
+    state: dict[str, SemanticCache],
+    objects: ObjectStore,
+    announce: Callable[[CachePurge], Awaitable[None]] | None = None,
+) -> Starlette:
     """GET /v1/cache/stats; DELETE /v1/cache/entries?tenant=&model=&adapter=&entry_id=;
     GET/PUT/DELETE /v1/cache/tenants/{tenant} (similarity floor). Changes need the internal token."""
 
@@ -237,6 +280,7 @@ def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStor
             return JSONResponse({"ready": False})
         data = cache.stats.summary()
         data["entries"] = await asyncio.to_thread(cache.store.count)
+        data["front_entries"] = len(cache.front)
         data["ready"] = True
         return JSONResponse(data)
 
@@ -250,8 +294,13 @@ def api(settings: Settings, state: dict[str, SemanticCache], objects: ObjectStor
         fields = {k: q[k] for k in ("tenant", "model", "adapter", "entry_id") if k in q}
         if not fields:
             return JSONResponse({"error": {"message": "name tenant, model, adapter or entry_id"}}, 400)
-        n = await asyncio.to_thread(lambda: cache.store.delete(**fields))
+        if any(not v for v in fields.values()):
+            return JSONResponse({"error": {"message": "empty value for " + ", ".join(fields)}}, 400)
+        ev = CachePurge(**fields)
+        n = await cache.purge(purge_of(ev))
         cache.stats.invalidated += n
+        if announce is not None:  # the other replicas' fronts (Milvus is done)
+            await announce(ev)
         return JSONResponse({"deleted": n})
 
     async def tenant(req: Request) -> Response:

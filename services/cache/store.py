@@ -48,6 +48,9 @@ class Entry:
     request_id: str
     expires_ms: int
     similarity: float = 1.0
+    model: str = ""
+    adapter: str = ""  # name@version, "" for the base model
+    model_version: str = ""
 
 
 class CacheStore:
@@ -252,4 +255,7 @@ def _entry(row: dict[str, object], sim: float) -> Entry:
         request_id=str(row["request_id"]),
         expires_ms=int(row["expires_ms"]),  # type: ignore[call-overload]
         similarity=sim,
+        model=str(row.get("model", "")),
+        adapter=str(row.get("adapter", "")),
+        model_version=str(row.get("model_version", "")),
     )

@@ -252,6 +252,13 @@ def create_app(backend: Backend) -> FastAPI:
             raise
 
     peeks: set[asyncio.Task[None]] = set()
+    late_submits: set[asyncio.Future[None]] = set()
+
+    def submitted_late(fut: asyncio.Future[None]) -> None:
+        """The record of a request a peek already answered: nobody waits for it, so say if it failed."""
+        late_submits.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("request record not produced after a peek answered it", error=repr(fut.exception()))
 
     async def peek_cache(peek: Peek, request: bytes, rid: str, tenant: str) -> None:
         """An exact hit answers the waiter now; the pipeline's answer then arrives as a duplicate."""
@@ -275,14 +282,25 @@ def create_app(backend: Backend) -> FastAPI:
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
-        if backend.peek is not None and worth_peeking(env, s):
+        peeking = backend.peek is not None and worth_peeking(env, s)
+        if peeking:
             # Out while the record is produced: the pipeline run is never held back by it.
+            assert backend.peek is not None
             peek_task = asyncio.create_task(peek_cache(backend.peek, env.SerializeToString(), rid, tenant))
             peeks.add(peek_task)  # a reference until it ends (the loop keeps only weak ones)
             peek_task.add_done_callback(peeks.discard)
         try:
             with request_span("gateway", request.headers, t0, request_id=rid, tenant=tenant):
-                await backend.submit(env)
+                submitted = asyncio.ensure_future(backend.submit(env))
+                if peeking:
+                    # A peek hit is the answer: the reply does not wait for the broker's ack of a
+                    # record whose own answer will be dropped as a duplicate (it is still sent).
+                    await asyncio.wait({submitted, waiter.final}, return_when=asyncio.FIRST_COMPLETED)
+                if submitted.done() or not waiter.final.done():
+                    await submitted
+                else:
+                    late_submits.add(submitted)
+                    submitted.add_done_callback(submitted_late)
         except Exception:
             backend.replies.release(rid)
             raise

@@ -19,13 +19,15 @@ from switchyard.v1.envelope_pb2 import (
     SamplingParams,
     Usage,
 )
-from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion
+from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion, Heartbeat
 
 from services.cache.embed import BatchingEmbedder, load_minilm, load_onnx_minilm
+from services.cache.front import ExactFront, Purge
 from services.cache.keys import cache_key
 from services.cache.lookup import SemanticCache
 from services.cache.policy import CachePolicy
-from services.cache.store import CacheStore, now_ms
+from services.cache.store import CacheStore, Entry, now_ms
+from services.cache.versions import LiveVersions
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.envelope import Envelope, Kind
 
@@ -118,6 +120,13 @@ def answered(env: Envelope, text: str) -> Envelope:
 
 async def stored(cache: SemanticCache, env: Envelope, answer: str = "the answer") -> Envelope:
     assert await cache.write_back(answered(env, answer)) is None
+    return env
+
+
+async def stored_v(cache: SemanticCache, env: Envelope, model_version: str) -> Envelope:
+    env = answered(env, "the answer")
+    env.response.model_version = model_version
+    assert await cache.write_back(env) is None
     return env
 
 
@@ -315,6 +324,7 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
     """The gateway's peek and the same request's lookup in the pipeline ask the exact tier once:
     a peek hit is the lookup's hit, a peek miss sends the lookup straight to the semantic tier;
     another request (or the same id with other content) asks Milvus itself."""
+    cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
     await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
     calls: list[str] = []
     exact = cache.store.exact
@@ -349,6 +359,7 @@ async def test_lookups_never_wait_for_a_time_tick_and_see_a_finished_write_back(
     (pymilvus tracks the last write per collection), which every lookup after a write-back paid.
     Lookups read Eventually; `put` itself waits until its row is visible, so a lookup right after
     a write-back still finds it."""
+    cache.front = ExactFront(0)  # every lookup asks Milvus here
     levels: list[str] = []
     client = cache.store.client
     query, search = client.query, client.search
@@ -372,3 +383,74 @@ async def test_lookups_never_wait_for_a_time_tick_and_see_a_finished_write_back(
     levels.clear()
     assert (await cache.lookup(req("Which plan includes phone support?"))).hit  # visible at once
     assert set(levels) == {"Eventually"}, levels
+
+
+async def test_the_front_answers_repeats_from_memory_and_never_what_milvus_would_not(
+    cache: SemanticCache,
+) -> None:
+    """A written-back entry is answered by lookups and peeks without a Milvus query; an entry
+    another replica wrote is found in Milvus once, then from memory. Expiry, a model version no
+    longer live, an adapter version deleted and a purge (this replica's, with Milvus; another's,
+    front only) each stop the front from serving it, exactly where Milvus would stop."""
+    calls: list[str] = []
+    exact = cache.store.exact
+
+    def counting_exact(*a, **kw):  # type: ignore[no-untyped-def]
+        calls.append("exact")
+        return exact(*a, **kw)
+
+    cache.store.exact = counting_exact  # type: ignore[method-assign]
+    await stored_v(cache, req("How do I reset my password?"), "v1")
+    out = await cache.lookup(req("How do I reset my password?"))
+    assert out.hit and out.tier == "exact" and calls == []
+    assert out.entry is not None and Response.FromString(out.entry.response).choices[0].text == "the answer"
+    assert [a for s, *_, a in out.timings if s == "cache_exact"] == [{"front": True}]
+    assert (await cache.peek(req("How do I reset my password?"))).hit and calls == []
+    assert cache.stats.front_hits == 2 and len(cache.front) == 1
+
+    # Written by another replica (a cache of its own on the same collection): Milvus once.
+    other = SemanticCache(cache.store, cache.embedder, cache.policy)
+    await stored_v(other, req("Which plan includes phone support?"), "v1")
+    assert (await cache.lookup(req("Which plan includes phone support?"))).hit and calls == ["exact"]
+    assert (await cache.peek(req("Which plan includes phone support?"))).hit and calls == ["exact"]
+
+    # Expiry: the front checks it as the Milvus filter does.
+    later = now_ms() + 3_600_000 + 1
+    assert not (await cache.peek(req("How do I reset my password?"), at_ms=later)).hit
+
+    # The model's live version is v2 now: v1 answers are not served (nor by Milvus).
+    cache.versions.observe(Heartbeat(pool="vllm", worker_id="w", model_versions={"sy-tiny": "v2"}))
+    assert (await cache.peek(req("How do I reset my password?"))).reason == "no_exact"
+    cache.versions = LiveVersions()
+
+    # This replica's purge: gone from Milvus and the front.
+    assert await cache.purge(Purge(tenant="acme", entry_id=out.entry.id)) >= 1
+    assert not (await cache.peek(req("How do I reset my password?"))).hit
+
+    # Another replica purged (Milvus is done): the front drops what it holds on the broadcast.
+    assert len(cache.front) == 1
+    assert await cache.purge(Purge(tenant="acme"), milvus=False) == 1
+    assert len(cache.front) == 0
+
+    # An adapter version deleted: its entries leave the front with Milvus'.
+    await stored_v(cache, req("Summarise the plan", adapter=("support", 2)), "v1")
+    assert (await cache.peek(req("Summarise the plan", adapter=("support", 2)))).hit
+    ev = AdapterEvent(type=AdapterEvent.TYPE_VERSION_DELETED, name="support", version=2)
+    ev.versions.append(AdapterVersion(version=1))
+    assert await cache.on_adapter_event(ev) >= 1
+    assert len(cache.front) == 0
+    assert not (await cache.peek(req("Summarise the plan", adapter=("support", 2)))).hit
+
+
+def test_a_front_fill_that_raced_an_invalidation_is_refused() -> None:
+    """A lookup's Milvus query can be out while a purge runs and come back with the purged entry:
+    the fill names the generation it started at and is refused."""
+    front = ExactFront(2)
+    e = Entry(id="e1", prompt="p", response=b"", request_id="r", expires_ms=now_ms() + 60_000, model="m")
+    gen = front.generation
+    front.drop(Purge(model="m"))
+    assert not front.put("acme", "k1", e, gen) and front.get("acme", "k1") is None
+    assert front.put("acme", "k1", e, front.generation) and front.get("acme", "k1") is e
+    for k in ("k2", "k3"):  # bounded: least recently used goes first
+        front.put("acme", k, e, front.generation)
+    assert front.get("acme", "k1") is None and len(front) == 2 and front.evicted == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from switchyard.v1.events_pb2 import Heartbeat
 
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.envelope import Envelope, Kind, decode, encode
-from tests.helpers.kafka import collect, produce, service_env, services
+from tests.helpers.kafka import ServiceProc, collect, produce, service_env, services
 
 MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or Path(__file__).resolve().parents[2] / "var" / "models")
 
@@ -183,3 +184,65 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         saved = json.loads((var_dir / "objects" / "cache" / "tenant-floors.json").read_bytes())
         assert saved == {"acme": 0.95}
         assert httpx.delete(url, headers=auth).json()["similarity_floor"] == 0.8
+
+
+async def test_a_purge_through_one_replica_reaches_the_other_replicas_memory(
+    broker, topics, var_dir: Path, milvus: EmbeddedMilvus
+) -> None:
+    """Two cache replicas on one collection: both hold an entry in their in-memory exact tier
+    (one wrote it back, the other found it in Milvus); a purge through replica A's API is
+    broadcast on sy.cache.purges and replica B stops answering from memory too."""
+    env = service_env(
+        broker.bootstrap,
+        topics,
+        var_dir,
+        SY_MILVUS_URI=milvus.uri,
+        SY_MILVUS_COLLECTION=f"svc_purge_{int(time.time())}",
+        SY_INTERNAL_TOKEN=TOKEN,
+        SY_MODELS_DIR=str(MODELS_DIR),
+    )
+    a = ServiceProc(
+        [sys.executable, "-m", "services.cache.main"], dict(env, SY_INSTANCE_ID="cache-a"), var_dir / "a.log"
+    )
+    b = ServiceProc(
+        [sys.executable, "-m", "services.cache.main"], dict(env, SY_INSTANCE_ID="cache-b"), var_dir / "b.log"
+    )
+    try:
+        a.wait_ready(180)
+        b.wait_ready(180)
+        answer = chat("q1", "How do I reset my password?")
+        answer.response.CopyFrom(
+            Response(choices=[Choice(text="Settings > Security > Reset", finish_reason="stop")], pool="vllm")
+        )
+        await produce(broker.bootstrap, f"{topics}responses", [encode(answer)])  # one replica stores it
+        deadline = time.monotonic() + 30
+        while sum(wait_stats(p.port, lambda s: True).get("stored", 0) for p in (a, b)) < 1:
+            assert time.monotonic() < deadline, "not written back"
+            time.sleep(0.1)
+        auth = {"authorization": f"Bearer {TOKEN}"}
+
+        def peek(p: ServiceProc, rid: str) -> httpx.Response:
+            e = chat(rid, "How do I reset my password?")
+            return httpx.post(
+                f"http://127.0.0.1:{p.port}/v1/cache/peek", content=e.SerializeToString(), headers=auth
+            )
+
+        for p in (a, b):  # the replica that did not write it finds it in Milvus, then keeps it
+            assert peek(p, "p1").status_code == 200
+            assert peek(p, "p2").status_code == 200
+        sb = wait_stats(b.port, lambda s: True)
+        assert sb["front_entries"] == 1 and sb["front_hits"] >= 1
+
+        r = httpx.delete(f"http://127.0.0.1:{a.port}/v1/cache/entries?tenant=acme", headers=auth)
+        assert r.status_code == 200 and r.json()["deleted"] == 1
+        assert (
+            httpx.delete(f"http://127.0.0.1:{a.port}/v1/cache/entries?tenant=", headers=auth).status_code
+            == 400
+        )
+        wait_stats(b.port, lambda s: s["front_entries"] == 0, timeout_s=10)
+        for p in (a, b):
+            r = peek(p, "p3")
+            assert (r.status_code, r.headers.get("x-cache-reason")) == (204, "no_exact")
+    finally:
+        a.stop()
+        b.stop()

@@ -93,6 +93,37 @@ async def test_a_peek_hit_answers_before_the_pipeline(tmp_path: Path) -> None:
     assert len(fake.submitted) == 1 and fake.peeked == [fake.submitted[0].request_id]
 
 
+async def test_a_peek_hit_does_not_wait_for_the_brokers_ack(tmp_path: Path) -> None:
+    """The record is still produced, but the reply does not wait for it: its answer would be a
+    duplicate. A request the peek cannot answer waits for the ack as before (no ack, no 200)."""
+    fake = Fake(pipeline_s=0.05, stored={"hi": "stored answer"})
+    acked = asyncio.Event()
+    submit = fake.submit
+
+    async def slow_ack(env: Envelope) -> None:
+        await asyncio.sleep(0.5)  # the broker is slow to acknowledge
+        await submit(env)
+        acked.set()
+
+    fake.submit = slow_ack  # type: ignore[method-assign]
+    async with client(tmp_path, fake) as http:
+        t = time.perf_counter()
+        r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
+        assert r.json()["choices"][0]["message"]["content"] == "stored answer"
+        assert time.perf_counter() - t < 0.4 and not acked.is_set()
+        await asyncio.wait_for(acked.wait(), 2)  # produced all the same
+        assert len(fake.submitted) == 1
+        acked.clear()
+        t = time.perf_counter()
+        r = await http.post(
+            "/v1/chat/completions",
+            json={**BODY, "temperature": 0, "messages": [{"role": "user", "content": "other"}]},
+            headers=AUTH,
+        )
+        assert r.json()["choices"][0]["message"]["content"] == "from the pipeline"
+        assert time.perf_counter() - t >= 0.5 and acked.is_set()
+
+
 async def test_a_miss_is_answered_by_the_pipeline_and_a_late_duplicate_dropped(tmp_path: Path) -> None:
     fake = Fake(pipeline_s=0.05, stored={})
     async with client(tmp_path, fake) as http:

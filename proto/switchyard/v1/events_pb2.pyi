@@ -189,3 +189,19 @@ class AdapterEvent(_message.Message):
     aliases: _containers.ScalarMap[str, int]
     sent_unix_ns: int
     def __init__(self, type: _Optional[_Union[AdapterEvent.Type, str]] = ..., name: _Optional[str] = ..., owner: _Optional[str] = ..., visibility: _Optional[str] = ..., version: _Optional[int] = ..., alias: _Optional[str] = ..., previous_version: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[AdapterVersion, _Mapping]]] = ..., aliases: _Optional[_Mapping[str, int]] = ..., sent_unix_ns: _Optional[int] = ...) -> None: ...
+
+class CachePurge(_message.Message):
+    __slots__ = ("tenant", "model", "adapter", "entry_id", "replica", "sent_unix_ns")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    SENT_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    model: str
+    adapter: str
+    entry_id: str
+    replica: str
+    sent_unix_ns: int
+    def __init__(self, tenant: _Optional[str] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., entry_id: _Optional[str] = ..., replica: _Optional[str] = ..., sent_unix_ns: _Optional[int] = ...) -> None: ...
