@@ -351,6 +351,13 @@ class Settings(BaseSettings):
         default=None,
         description="Cache service URL the gateway asks for an exact hit while the request runs the pipeline (unset: no peek)",
     )
+    cache_peek_hold_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="How long the gateway waits for the peek before it produces the request: a hit "
+        "within it is answered with no pipeline run; a miss waits at most this long (0: produce at once)",
+    )
     cache_peek_timeout_s: float = Field(
         default=0.5, gt=0, le=30, description="How long the gateway waits for a peek before it gives up on it"
     )

@@ -283,30 +283,44 @@ def create_app(backend: Backend) -> FastAPI:
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
         peeking = backend.peek is not None and worth_peeking(env, s)
-        if peeking:
-            # Out while the record is produced: the pipeline run is never held back by it.
-            assert backend.peek is not None
-            peek_task = asyncio.create_task(peek_cache(backend.peek, env.SerializeToString(), rid, tenant))
-            peeks.add(peek_task)  # a reference until it ends (the loop keeps only weak ones)
-            peek_task.add_done_callback(peeks.discard)
+        held_until = 0
+        submitted: asyncio.Future[None] | None = None
         try:
             with request_span("gateway", request.headers, t0, request_id=rid, tenant=tenant):
-                submitted = asyncio.ensure_future(backend.submit(env))
                 if peeking:
-                    # A peek hit is the answer: the reply does not wait for the broker's ack of a
-                    # record whose own answer will be dropped as a duplicate (it is still sent).
-                    await asyncio.wait({submitted, waiter.final}, return_when=asyncio.FIRST_COMPLETED)
-                if submitted.done() or not waiter.final.done():
-                    await submitted
-                else:
-                    late_submits.add(submitted)
-                    submitted.add_done_callback(submitted_late)
+                    assert backend.peek is not None
+                    peek_task = asyncio.create_task(
+                        peek_cache(backend.peek, env.SerializeToString(), rid, tenant)
+                    )
+                    peeks.add(peek_task)  # a reference until it ends (the loop keeps only weak ones)
+                    peek_task.add_done_callback(peeks.discard)
+                    if s.cache_peek_hold_ms > 0:
+                        # A hit from the cache's memory comes back within the hold: the request is
+                        # answered and never produced (no pipeline run at all). Past the hold the
+                        # record goes out and the peek goes on beside it (cache_peek.py).
+                        await asyncio.wait({peek_task}, timeout=s.cache_peek_hold_ms / 1000)
+                        held_until = time.time_ns()
+                if not (peeking and waiter.final.done()):
+                    submitted = asyncio.ensure_future(backend.submit(env))
+                    if peeking:
+                        # A later peek hit is the answer too: the reply does not wait for the
+                        # broker's ack of a record whose own answer will be a duplicate (still sent).
+                        await asyncio.wait({submitted, waiter.final}, return_when=asyncio.FIRST_COMPLETED)
+                    if submitted.done() or not waiter.final.done():
+                        await submitted
+                    else:
+                        late_submits.add(submitted)
+                        submitted.add_done_callback(submitted_late)
         except Exception:
             backend.replies.release(rid)
             raise
 
         def finish_timings(final: Envelope) -> float:
             add_timing(final, "gateway_accept", t0, handed)
+            if held_until and submitted is not None and all(t.stage != "cache_peek" for t in final.timings):
+                add_timing(
+                    final, "gateway_peek_hold", handed, held_until
+                )  # the pipeline's answer: held first
             if waiter.sent_ns:
                 add_timing(
                     final,

@@ -1,12 +1,15 @@
-"""Ask the cache's exact tier for an answer while the request runs the pipeline (a hedged read).
+"""Ask the cache's exact tier for an answer before (and while) the request runs the pipeline.
 
 An exact repeat is the cheapest answer there is, yet through the pipeline it pays three Kafka
-hops (gateway -> preprocess -> cache -> gateway) before the client sees it. So the gateway also
-sends each request the cache could answer straight to the cache service's exact tier over HTTP;
-whichever answer arrives first is sent (`ReplyRouter` drops the other). The pipeline run is not
-held back, so a miss costs the client nothing; a hit costs the pipeline one duplicate lookup,
-whose response record is ignored here like any duplicate. The cache service keeps all the rules
-(policy, live model versions, expiry): the gateway only pre-filters with the shared rule.
+hops (gateway -> preprocess -> cache -> gateway) before the client sees it. So the gateway first
+sends each request the cache could answer straight to the cache service's exact tier over HTTP
+and waits for it up to `SY_CACHE_PEEK_HOLD_MS` (5 ms): a hit from the cache's in-memory front
+comes back well within that, and the request is answered without ever being produced (no
+pipeline run, no broker record). Past the hold the record is produced and the peek goes on as a
+hedged read: whichever answer arrives first is sent (`ReplyRouter` drops the other). So a miss
+costs the client the hold at most, and a slow peek never holds the pipeline back further. The
+cache service keeps all the rules (policy, live model versions, expiry): the gateway only
+pre-filters with the shared rule.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ class Fake:
     """The process side: `submit` records what the pipeline got and answers after `pipeline_s`
     (None: never); `peek` answers from `stored` (prompt text -> answer)."""
 
-    def __init__(self, pipeline_s: float | None, stored: dict[str, str]) -> None:
-        self.pipeline_s, self.stored = pipeline_s, stored
+    def __init__(self, pipeline_s: float | None, stored: dict[str, str], peek_s: float = 0.0) -> None:
+        self.pipeline_s, self.stored, self.peek_s = pipeline_s, stored, peek_s
         self.submitted: list[Envelope] = []
         self.peeked: list[str] = []
         self.replies = ReplyRouter()
@@ -63,12 +63,15 @@ class Fake:
         env = Envelope.FromString(request)
         assert (env.request_id, env.tenant) == (request_id, tenant)
         self.peeked.append(request_id)
+        await asyncio.sleep(self.peek_s)
         text = env.request.messages[0].content
         return answered(env, self.stored[text], "exact") if text in self.stored else None
 
 
-def client(tmp_path: Path, fake: Fake) -> httpx.AsyncClient:
-    settings = Settings(var_dir=tmp_path, api_keys={"sk-a": "acme"}, gateway_timeout_s=3)
+def client(tmp_path: Path, fake: Fake, hold_ms: float = 50.0) -> httpx.AsyncClient:
+    settings = Settings(
+        var_dir=tmp_path, api_keys={"sk-a": "acme"}, gateway_timeout_s=3, cache_peek_hold_ms=hold_ms
+    )
     backend = Backend(
         settings=settings,
         submit=fake.submit,
@@ -90,13 +93,31 @@ async def test_a_peek_hit_answers_before_the_pipeline(tmp_path: Path) -> None:
     assert body["switchyard"]["cache"]["tier"] == "exact"
     stages = [row["stage"] for row in body["switchyard"]["breakdown"]]
     assert stages == ["gateway_accept", "cache_peek", "gateway_reply"]
-    assert len(fake.submitted) == 1 and fake.peeked == [fake.submitted[0].request_id]
+    # Answered within the hold: the request was never produced, no pipeline run at all.
+    assert fake.submitted == [] and len(fake.peeked) == 1
+
+
+async def test_a_peek_slower_than_the_hold_lets_the_record_go_and_still_answers(tmp_path: Path) -> None:
+    """Past the hold the request is produced (the pipeline is not held back further) and the peek
+    goes on beside it: its hit still answers first; a miss costs the client the hold at most."""
+    fake = Fake(pipeline_s=None, stored={"hi": "stored answer"}, peek_s=0.2)
+    async with client(tmp_path, fake, hold_ms=20) as http:
+        r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
+        assert r.json()["choices"][0]["message"]["content"] == "stored answer"
+        assert len(fake.submitted) == 1 and fake.peeked == [fake.submitted[0].request_id]
+        fake.stored, fake.pipeline_s = {}, 0.01
+        t = time.perf_counter()
+        r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
+        assert r.json()["choices"][0]["message"]["content"] == "from the pipeline"
+        assert time.perf_counter() - t < 0.15  # not the peek's 0.2 s: only the 20 ms hold
+        stages = [row["stage"] for row in r.json()["switchyard"]["breakdown"]]
+        assert stages[:2] == ["gateway_accept", "gateway_peek_hold"]
 
 
 async def test_a_peek_hit_does_not_wait_for_the_brokers_ack(tmp_path: Path) -> None:
     """The record is still produced, but the reply does not wait for it: its answer would be a
     duplicate. A request the peek cannot answer waits for the ack as before (no ack, no 200)."""
-    fake = Fake(pipeline_s=0.05, stored={"hi": "stored answer"})
+    fake = Fake(pipeline_s=0.05, stored={"hi": "stored answer"}, peek_s=0.05)
     acked = asyncio.Event()
     submit = fake.submit
 
@@ -106,7 +127,7 @@ async def test_a_peek_hit_does_not_wait_for_the_brokers_ack(tmp_path: Path) -> N
         acked.set()
 
     fake.submit = slow_ack  # type: ignore[method-assign]
-    async with client(tmp_path, fake) as http:
+    async with client(tmp_path, fake, hold_ms=0) as http:
         t = time.perf_counter()
         r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
         assert r.json()["choices"][0]["message"]["content"] == "stored answer"
@@ -126,7 +147,7 @@ async def test_a_peek_hit_does_not_wait_for_the_brokers_ack(tmp_path: Path) -> N
 
 async def test_a_miss_is_answered_by_the_pipeline_and_a_late_duplicate_dropped(tmp_path: Path) -> None:
     fake = Fake(pipeline_s=0.05, stored={})
-    async with client(tmp_path, fake) as http:
+    async with client(tmp_path, fake, hold_ms=0) as http:
         r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
         assert r.json()["choices"][0]["message"]["content"] == "from the pipeline"
         assert len(fake.peeked) == 1
@@ -135,7 +156,7 @@ async def test_a_miss_is_answered_by_the_pipeline_and_a_late_duplicate_dropped(t
         r = await http.post("/v1/chat/completions", json={**BODY, "temperature": 0}, headers=AUTH)
         assert r.json()["choices"][0]["message"]["content"] == "stored answer"
         await asyncio.sleep(0.1)
-    assert len(fake.submitted) == 2  # the pipeline ran both: the peek never holds it back
+    assert len(fake.submitted) == 2  # no hold here: the pipeline ran both
 
 
 async def test_requests_the_cache_cannot_answer_are_not_peeked_at(tmp_path: Path) -> None:
