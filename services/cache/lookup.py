@@ -53,7 +53,7 @@ class Stats:
     bypassed: int = 0
     rejected_by_verifier: int = 0
     stored: int = 0
-    peeks: int = 0  # exact-tier peeks from the gateway (the request also runs the pipeline)
+    peeks: int = 0  # exact-tier peeks from the gateway (a hit also counts as its request's lookup)
     peek_hits: int = 0
     front_hits: int = 0  # exact hits (lookups and peeks) answered from memory, without Milvus
     invalidated: int = 0
@@ -108,9 +108,9 @@ class SemanticCache:
             self.stats.lookup_ms.append((time.perf_counter() - t_start) * 1000)
 
     async def _lookup(self, env: Envelope, at_ms: int | None) -> Outcome:
-        self.stats.lookups += 1
         why = self.policy.bypass(env)
         if why:
+            self.stats.lookups += 1
             self.stats.bypassed += 1
             return Outcome(False, reason=why)
         key = cache_key(env)
@@ -118,6 +118,11 @@ class SemanticCache:
         out = Outcome(False)
         t0 = time.time_ns()
         peeked = self._recall(env, key)
+        if peeked is not None and peeked[0] is not None:  # the peek's hit: counted there already
+            out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
+            out.hit, out.tier, out.entry, out.similarity = True, "exact", peeked[0], 1.0
+            return out
+        self.stats.lookups += 1
         front = self._from_front(key, live, at_ms) if peeked is None else None
         if peeked is not None:  # the gateway's peek asked the exact tier moments ago: not again
             exact = peeked[0]
@@ -175,8 +180,8 @@ class SemanticCache:
 
     async def peek(self, env: Envelope, at_ms: int | None = None) -> Outcome:
         """The exact tier alone, for the gateway's peek (see main.py): a hit ends the request at
-        the gateway three Kafka hops sooner. Counted apart from lookups: the same request also
-        goes through the pipeline, and its lookup there is the one the hit rates count."""
+        the gateway, usually before it is ever produced. A hit counts as the request's lookup; a
+        miss does not (the stage's lookup, which goes straight to the semantic tier, does)."""
         self.stats.peeks += 1
         why = self.policy.bypass(env)
         if why:
@@ -194,7 +199,11 @@ class SemanticCache:
         out = Outcome(False, reason="no_exact")
         out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True} if front else {}))
         if exact is not None:
+            # A hit is the request's whole lookup (one within the gateway's hold never reaches the
+            # stage): counted here, and not again if the request does reach the stage.
             self.stats.peek_hits += 1
+            self.stats.lookups += 1
+            self.stats.hits_exact += 1
             out.hit, out.tier, out.entry, out.similarity, out.reason = True, "exact", exact, 1.0, ""
         return out
 

@@ -352,6 +352,10 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
     assert (await cache.lookup(req("Which plan includes phone support?", rid="p-3"))).hit is False
     assert calls == ["exact"] * 5  # same id, other content: asked again
     assert cache.stats.peeks == 3 and cache.stats.peek_hits == 2
+    # One count per request: a peek hit is its request's lookup (the stage's reuse is not counted
+    # again); a peek miss is not, the stage's lookup is.
+    s = cache.stats
+    assert (s.lookups, s.hits_exact, s.hits_semantic) == (5, 3, 1)
 
 
 async def test_lookups_never_wait_for_a_time_tick_and_see_a_finished_write_back(cache: SemanticCache) -> None:
