@@ -320,12 +320,8 @@ async def test_embedding_overlaps_the_exact_query(milvus: EmbeddedMilvus, encode
         store.close()
 
 
-async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCache) -> None:
-    """The gateway's peek and the same request's lookup in the pipeline ask the exact tier once:
-    a peek hit is the lookup's hit, a peek miss sends the lookup straight to the semantic tier;
-    another request (or the same id with other content) asks Milvus itself."""
-    cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
-    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+def count_exact_queries(cache: SemanticCache) -> list[str]:
+    """Records "exact" for every exact-key query the cache sends Milvus."""
     calls: list[str] = []
     exact = cache.store.exact
 
@@ -334,6 +330,16 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
         return exact(*a, **kw)
 
     cache.store.exact = counting_exact  # type: ignore[method-assign]
+    return calls
+
+
+async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCache) -> None:
+    """The gateway's peek and the same request's lookup in the pipeline ask the exact tier once:
+    a peek hit is the lookup's hit, a peek miss sends the lookup straight to the semantic tier;
+    another request (or the same id with other content) asks Milvus itself."""
+    cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
+    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+    calls = count_exact_queries(cache)
     hit_req = req("How do I reset my password?", rid="p-1")
     assert (await cache.peek(hit_req)).hit and calls == ["exact"]
     out = await cache.lookup(req("How do I reset my password?", rid="p-1"))
@@ -396,14 +402,7 @@ async def test_the_front_answers_repeats_from_memory_and_never_what_milvus_would
     another replica wrote is found in Milvus once, then from memory. Expiry, a model version no
     longer live, an adapter version deleted and a purge (this replica's, with Milvus; another's,
     front only) each stop the front from serving it, exactly where Milvus would stop."""
-    calls: list[str] = []
-    exact = cache.store.exact
-
-    def counting_exact(*a, **kw):  # type: ignore[no-untyped-def]
-        calls.append("exact")
-        return exact(*a, **kw)
-
-    cache.store.exact = counting_exact  # type: ignore[method-assign]
+    calls = count_exact_queries(cache)
     await stored_v(cache, req("How do I reset my password?"), "v1")
     out = await cache.lookup(req("How do I reset my password?"))
     assert out.hit and out.tier == "exact" and calls == []
