@@ -19,39 +19,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
 
-from .store import Entry, now_ms
-
-
-@dataclass(frozen=True, slots=True)
-class Purge:
-    """Which entries an invalidation removes: every given field must match (as `CacheStore.delete`)."""
-
-    tenant: str | None = None
-    model: str | None = None
-    adapter: str | None = None
-    adapter_name: str | None = None
-    keep_adapters: tuple[str, ...] = ()
-    keep_model_versions: tuple[str, ...] = ()
-    entry_id: str | None = None
-    expired_at_ms: int | None = None  # the sweeper: entries expired by then
-
-    def matches(self, tenant: str, e: Entry) -> bool:
-        if self.tenant is not None and tenant != self.tenant:
-            return False
-        if self.model is not None and e.model != self.model:
-            return False
-        if self.adapter is not None and e.adapter != self.adapter:
-            return False
-        if self.adapter_name is not None:
-            if not e.adapter.startswith(self.adapter_name + "@") or e.adapter in self.keep_adapters:
-                return False
-        if self.keep_model_versions and e.model_version in self.keep_model_versions:
-            return False
-        if self.entry_id is not None and e.id != self.entry_id:
-            return False
-        return self.expired_at_ms is None or e.expires_ms <= self.expired_at_ms
+from .store import Entry, Purge, now_ms
 
 
 class ExactFront:
@@ -61,7 +30,6 @@ class ExactFront:
         self.capacity = capacity
         self._entries: OrderedDict[tuple[str, str], Entry] = OrderedDict()
         self.generation = 0  # bumped by every invalidation
-        self.hits = 0
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -81,7 +49,6 @@ class ExactFront:
         if versions and e.model_version not in versions:
             return None  # kept: the version may be live again (a rollback) before the prune
         self._entries.move_to_end(k)
-        self.hits += 1
         return e
 
     def put(self, tenant: str, exact: str, entry: Entry, generation: int) -> bool:

@@ -22,10 +22,10 @@ from shared.envelope import Envelope
 from shared.telemetry import add_timing
 
 from .embed import BatchingEmbedder
-from .front import ExactFront, Purge
+from .front import ExactFront
 from .keys import CacheKey, cache_key, entry_id
 from .policy import CachePolicy
-from .store import CacheStore, Entry, now_ms
+from .store import CacheStore, Entry, Purge, now_ms
 from .verify import Verifier
 from .versions import LiveVersions
 
@@ -124,10 +124,10 @@ class SemanticCache:
             return out
         self.stats.lookups += 1
         front = self._from_front(key, live, at_ms) if peeked is None else None
-        if peeked is not None:  # the gateway's peek asked the exact tier moments ago: not again
-            exact = peeked[0]
+        if peeked is not None:  # the peek missed the exact tier moments ago: not asked again
+            exact = None
             out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
-            embedding = None if exact is not None else asyncio.ensure_future(self.embedder.embed(key.text))
+            embedding = asyncio.ensure_future(self.embedder.embed(key.text))
         elif front is not None:
             exact, embedding = front, None
             out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True}))
@@ -305,25 +305,7 @@ class SemanticCache:
         n = self.front.drop(purge)
         if not milvus:
             return n
-        fields = {
-            k: v
-            for k, v in (
-                ("tenant", purge.tenant),
-                ("model", purge.model),
-                ("adapter", purge.adapter),
-                ("adapter_name", purge.adapter_name),
-                ("entry_id", purge.entry_id),
-            )
-            if v is not None
-        }
-        if purge.keep_adapters:
-            fields["keep_adapters"] = list(purge.keep_adapters)
-        if purge.keep_model_versions:
-            fields["keep_model_versions"] = list(purge.keep_model_versions)
-        if purge.expired_at_ms is not None:
-            n = await self._write(partial(self.store.sweep, purge.expired_at_ms))
-        else:
-            n = await self._write(partial(self.store.delete, **fields))
+        n = await self._write(partial(self.store.delete, purge))
         self.front.drop(purge)
         return n
 

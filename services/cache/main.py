@@ -32,10 +32,10 @@ from shared.storage import ObjectNotFound, ObjectStore, open_store
 from shared.telemetry import add_timing, get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
-from .front import ExactFront, Purge
+from .front import ExactFront
 from .lookup import SemanticCache
 from .policy import CachePolicy
-from .store import CacheStore
+from .store import CacheStore, Purge
 from .verify import Verifier
 from .versions import LiveVersions
 

@@ -40,6 +40,60 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Which entries an invalidation removes: every given field must match. One description for
+    both copies: `filter()` for the Milvus delete, `matches()` for the in-memory front."""
+
+    tenant: str | None = None
+    model: str | None = None
+    adapter: str | None = None
+    adapter_name: str | None = None
+    keep_adapters: tuple[str, ...] = ()
+    keep_model_versions: tuple[str, ...] = ()
+    entry_id: str | None = None
+    expired_at_ms: int | None = None  # the sweeper: entries expired by then
+
+    def matches(self, tenant: str, e: Entry) -> bool:
+        if self.tenant is not None and tenant != self.tenant:
+            return False
+        if self.model is not None and e.model != self.model:
+            return False
+        if self.adapter is not None and e.adapter != self.adapter:
+            return False
+        if self.adapter_name is not None:
+            if not e.adapter.startswith(self.adapter_name + "@") or e.adapter in self.keep_adapters:
+                return False
+        if self.keep_model_versions and e.model_version in self.keep_model_versions:
+            return False
+        if self.entry_id is not None and e.id != self.entry_id:
+            return False
+        return self.expired_at_ms is None or e.expires_ms <= self.expired_at_ms
+
+    def filter(self) -> str:
+        """The Milvus filter expression of the same predicate."""
+        parts = []
+        if self.tenant is not None:
+            parts.append(f"tenant == {lit(self.tenant)}")
+        if self.model is not None:
+            parts.append(f"model == {lit(self.model)}")
+        if self.adapter is not None:
+            parts.append(f"adapter == {lit(self.adapter)}")
+        if self.adapter_name is not None:
+            parts.append(f"adapter like {lit(self.adapter_name.replace('%', '') + '@%')}")
+            if self.keep_adapters:
+                parts.append(f"adapter not in [{', '.join(lit(a) for a in self.keep_adapters)}]")
+        if self.keep_model_versions:
+            parts.append(f"model_version not in [{', '.join(lit(v) for v in self.keep_model_versions)}]")
+        if self.entry_id is not None:
+            parts.append(f"id == {lit(self.entry_id)}")
+        if self.expired_at_ms is not None:
+            parts.append(f"expires_ms <= {self.expired_at_ms}")
+        if not parts:
+            raise ValueError("a purge needs at least one field")
+        return " and ".join(parts)
+
+
 @dataclass(slots=True)
 class Entry:
     id: str
@@ -192,40 +246,13 @@ class CacheStore:
             )
         )
 
-    def delete(
-        self,
-        *,
-        tenant: str | None = None,
-        model: str | None = None,
-        adapter: str | None = None,
-        adapter_name: str | None = None,
-        keep_adapters: Sequence[str] = (),
-        keep_model_versions: Sequence[str] = (),
-        entry_id: str | None = None,
-    ) -> int:
-        """Delete the entries matching every given field; returns how many were deleted."""
-        parts = []
-        if tenant is not None:
-            parts.append(f"tenant == {lit(tenant)}")
-        if model is not None:
-            parts.append(f"model == {lit(model)}")
-        if adapter is not None:
-            parts.append(f"adapter == {lit(adapter)}")
-        if adapter_name is not None:
-            parts.append(f"adapter like {lit(adapter_name.replace('%', '') + '@%')}")
-            if keep_adapters:
-                parts.append(f"adapter not in [{', '.join(lit(a) for a in keep_adapters)}]")
-        if keep_model_versions:
-            parts.append(f"model_version not in [{', '.join(lit(v) for v in keep_model_versions)}]")
-        if entry_id is not None:
-            parts.append(f"id == {lit(entry_id)}")
-        if not parts:
-            raise ValueError("delete needs at least one field")
-        return self._delete(" and ".join(parts))
+    def delete(self, purge: Purge) -> int:
+        """Delete the entries the purge matches; returns how many were deleted."""
+        return self._delete(purge.filter())
 
     def sweep(self, at_ms: int | None = None) -> int:
         """Delete expired entries (they are never served anyway: every read filters on expiry)."""
-        return self._delete(f"expires_ms <= {now_ms() if at_ms is None else at_ms}")
+        return self.delete(Purge(expired_at_ms=now_ms() if at_ms is None else at_ms))
 
     def _delete(self, expr: str) -> int:
         res = self.client.delete(self.collection, filter=expr)

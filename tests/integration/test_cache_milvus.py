@@ -22,11 +22,11 @@ from switchyard.v1.envelope_pb2 import (
 from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion, Heartbeat
 
 from services.cache.embed import BatchingEmbedder, load_minilm, load_onnx_minilm
-from services.cache.front import ExactFront, Purge
+from services.cache.front import ExactFront
 from services.cache.keys import cache_key
 from services.cache.lookup import SemanticCache
 from services.cache.policy import CachePolicy
-from services.cache.store import CacheStore, Entry, now_ms
+from services.cache.store import CacheStore, Entry, Purge, now_ms
 from services.cache.versions import LiveVersions
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.envelope import Envelope, Kind
