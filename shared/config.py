@@ -349,14 +349,16 @@ class Settings(BaseSettings):
     cache_enabled: bool = Field(default=True, description="Serve and store cache entries (off: pass-through)")
     cache_peek_url: str | None = Field(
         default=None,
-        description="Cache service URL the gateway asks for an exact hit while the request runs the pipeline (unset: no peek)",
+        description="Cache service URL the gateway sends a cacheable request to for its lookup before producing it "
+        "(unset: no peek)",
     )
     cache_peek_hold_ms: float = Field(
-        default=5.0,
+        default=50.0,
         ge=0,
         le=1000,
-        description="How long the gateway waits for the peek before it produces the request: a hit "
-        "within it is answered with no pipeline run; a miss waits at most this long (0: produce at once)",
+        description="How long the gateway waits for the peek (the request's cache lookup) before it produces "
+        "the request: a hit within it is answered with no pipeline run; a miss goes on with the lookup done, "
+        "which the cache stage reuses (0: produce at once, the peek as a hedged read)",
     )
     cache_peek_timeout_s: float = Field(
         default=0.5, gt=0, le=30, description="How long the gateway waits for a peek before it gives up on it"
@@ -416,6 +418,16 @@ class Settings(BaseSettings):
     )
     cache_embed_window_ms: float = Field(
         default=1.0, ge=0, description="How long a batch waits for more prompts to embed"
+    )
+    cache_embed_cpus: str | None = Field(
+        default=None,
+        description="Set by the launcher where it pins the services: the cores the cache's embedding thread "
+        "runs on (every core, as Milvus: on the services' shared core a prompt took ~4x longer)",
+    )
+    cache_embed_recent: int = Field(
+        default=4096,
+        ge=0,
+        description="Vectors of the most recent prompts kept (a miss's write-back reuses its lookup's); 0 = none",
     )
 
     # --- Deployment (issue 12: compose and Kubernetes) -----------------------------------
@@ -583,7 +595,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected host:port[,host:port...], got {part!r}")
         return v
 
-    @field_validator("service_cpus", "frontend_cpus")
+    @field_validator("service_cpus", "frontend_cpus", "cache_embed_cpus")
     @classmethod
     def _cpu_list(cls, v: str | None) -> str | None:
         if v is None or v.strip().lower() in OFF | {"auto"}:

@@ -229,12 +229,15 @@ class Launcher:
         reg = port if name == "registry" else next((c.port for c in self.children if c.name == "registry"), 0)
         if reg:
             env.setdefault("SY_REGISTRY_URL", f"http://{self.s.health_host}:{reg}")
-        # The gateway peeks at the cache's exact tier (it starts after the cache, so its port is known).
+        # The gateway peeks at the cache's lookup (it starts after the cache, so its port is known).
         cache = next((c.port for c in self.children if c.name == "cache"), 0)
         if name == "gateway" and cache and self.s.cache_enabled:
             env.setdefault("SY_CACHE_PEEK_URL", f"http://{self.s.health_host}:{cache}")
         if name == "vllm_worker" and self.service_cpus is not None:
             env["SY_FRONTEND_CPUS"] = format_cpus(self.service_cpus)
+        if name == "cache" and self.service_cpus is not None:
+            # Its embedding thread on every core, like Milvus (config: cache_embed_cpus).
+            env.setdefault("SY_CACHE_EMBED_CPUS", format_cpus(self.all_cpus))
         if self.kafka is not None:
             # Embedded broker: joining a group takes about half the session timeout, so keep it short.
             env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")

@@ -31,7 +31,7 @@ from .versions import LiveVersions
 
 T = TypeVar("T")
 
-PEEKED_KEEP_S = 60.0  # how long a peek's finding stands in for the same request's exact query
+PEEKED_KEEP_S = 60.0  # how long a peek's lookup stands in for the same request's own
 PEEKED_MAX = 10_000
 
 
@@ -53,7 +53,7 @@ class Stats:
     bypassed: int = 0
     rejected_by_verifier: int = 0
     stored: int = 0
-    peeks: int = 0  # exact-tier peeks from the gateway (a hit also counts as its request's lookup)
+    peeks: int = 0  # lookups the gateway asked for over HTTP (each is its request's lookup)
     peek_hits: int = 0
     front_hits: int = 0  # exact hits (lookups and peeks) answered from memory, without Milvus
     invalidated: int = 0
@@ -95,59 +95,97 @@ class SemanticCache:
         self.top_k = top_k
         self.versions = versions or LiveVersions()
         self.stats = Stats()
-        # (tenant, request id) -> (when, exact key, entry or None): what the gateway's peek found.
-        self._peeked: OrderedDict[tuple[str, str], tuple[float, str, Entry | None]] = OrderedDict()
+        # (tenant, request id) -> (when, exact key, the peek's lookup): for the stage's lookup.
+        self._peeked: OrderedDict[tuple[str, str], tuple[float, str, asyncio.Future[Outcome | None]]] = (
+            OrderedDict()
+        )
         # Concurrent writes all wait for the same next tick: 8 threads ≈ 40 write-backs/s.
         self._writer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cache-write")
 
     async def lookup(self, env: Envelope, at_ms: int | None = None) -> Outcome:
+        """The stage's lookup: the gateway's peek at this very request when there was one here
+        (awaited if it is still running: a request is never looked up twice), else its own."""
         t_start = time.perf_counter()
         try:
-            return await self._lookup(env, at_ms)
+            why = self.policy.bypass(env)
+            if why:
+                self.stats.lookups += 1
+                self.stats.bypassed += 1
+                return Outcome(False, reason=why)
+            key = cache_key(env)
+            pending = self._recall(env, key)
+            if pending is not None:
+                t0 = time.time_ns()
+                found = await asyncio.shield(pending)
+                if found is not None and not (found.entry is not None and found.entry.expires_ms <= now_ms()):
+                    out = Outcome(found.hit, found.tier, found.entry, found.reason, found.similarity)
+                    attrs: dict[str, object] = {"tier": found.tier} if found.hit else {"reason": found.reason}
+                    out.timings.append(("cache_from_peek", t0, time.time_ns(), attrs))
+                    return out  # counted when the peek looked
+            out = await self._find(env, key, at_ms)
+            self._count(out)
+            return out
         finally:
             self.stats.lookup_ms.append((time.perf_counter() - t_start) * 1000)
 
-    async def _lookup(self, env: Envelope, at_ms: int | None) -> Outcome:
+    async def peek(self, env: Envelope, at_ms: int | None = None) -> Outcome:
+        """The gateway's peek (main.py): the request's whole lookup, asked over HTTP before the
+        request is produced. It is the request's lookup in the stats (a hit within the gateway's
+        hold never reaches the stage); the stage takes its outcome instead of looking again."""
+        self.stats.peeks += 1
         why = self.policy.bypass(env)
         if why:
-            self.stats.lookups += 1
-            self.stats.bypassed += 1
             return Outcome(False, reason=why)
+        if has_media(env):
+            return Outcome(False, reason="media")
         key = cache_key(env)
+        found: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
+        self._remember(env, key, found)
+        try:
+            out = await self._find(env, key, at_ms)
+        except BaseException:
+            found.set_result(None)  # the stage looks for itself
+            raise
+        found.set_result(out)
+        self._count(out)
+        if out.hit:
+            self.stats.peek_hits += 1
+        return out
+
+    def _count(self, out: Outcome) -> None:
+        """One count per request: by the peek that looked, else by the stage's own lookup."""
+        self.stats.lookups += 1
+        if out.hit:
+            if out.tier == "exact":
+                self.stats.hits_exact += 1
+            else:
+                self.stats.hits_semantic += 1
+        elif out.reason.startswith("verifier:"):
+            self.stats.rejected_by_verifier += 1
+
+    async def _find(self, env: Envelope, key: CacheKey, at_ms: int | None) -> Outcome:
+        """Exact tier (memory, then Milvus), then the semantic tier and the verifier; no stats."""
         live = self.versions.live(env.model)
         out = Outcome(False)
         t0 = time.time_ns()
-        peeked = self._recall(env, key)
-        if peeked is not None and peeked[0] is not None:  # the peek's hit: counted there already
-            out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
-            out.hit, out.tier, out.entry, out.similarity = True, "exact", peeked[0], 1.0
-            return out
-        self.stats.lookups += 1
-        front = self._from_front(key, live, at_ms) if peeked is None else None
-        if peeked is not None:  # the peek missed the exact tier moments ago: not asked again
-            exact = None
-            out.timings.append(("cache_exact", t0, time.time_ns(), {"from_peek": True}))
-            embedding = asyncio.ensure_future(self.embedder.embed(key.text))
-        elif front is not None:
-            exact, embedding = front, None
-            out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True}))
-        else:
-            # The embedding runs while the exact query is out: most lookups miss the exact tier, and
-            # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
-            embedding = asyncio.ensure_future(self.embedder.embed(key.text))
-            try:
-                exact = await self._exact(key, live, at_ms)
-            except BaseException:
-                embedding.cancel()
-                raise
-            out.timings.append(("cache_exact", t0, time.time_ns(), {}))
+        exact = self._from_front(key, live, at_ms)
         if exact is not None:
-            if embedding is not None:
-                embedding.cancel()
-            self.stats.hits_exact += 1
+            out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True}))
             out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
             return out
-        assert embedding is not None
+        # The embedding runs while the exact query is out: most lookups miss the exact tier, and
+        # the two wait on different things (Milvus, the encoder's thread). An exact hit drops it.
+        embedding = asyncio.ensure_future(self.embedder.embed(key.text))
+        try:
+            exact = await self._exact(key, live, at_ms)
+        except BaseException:
+            embedding.cancel()
+            raise
+        out.timings.append(("cache_exact", t0, time.time_ns(), {}))
+        if exact is not None:
+            embedding.cancel()
+            out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
+            return out
         vec = await embedding
         t2 = time.time_ns()
         out.timings.append(("cache_embed", t0, t2, {"batch": self.embedder.last_batch_size}))
@@ -161,7 +199,6 @@ class SemanticCache:
         for c in above:
             v = self.verifier.check(key.text, c.prompt, c.similarity)
             if v.ok:
-                self.stats.hits_semantic += 1
                 out.hit, out.tier, out.entry, out.similarity, out.reason = (
                     True,
                     "semantic",
@@ -172,39 +209,7 @@ class SemanticCache:
                 break
             out.reason = f"verifier:{v.reason}"
         if above:
-            t4 = time.time_ns()
-            out.timings.append(("cache_verify", t3, t4, {"checked": len(above), "ok": out.hit}))
-            if not out.hit:
-                self.stats.rejected_by_verifier += 1
-        return out
-
-    async def peek(self, env: Envelope, at_ms: int | None = None) -> Outcome:
-        """The exact tier alone, for the gateway's peek (see main.py): a hit ends the request at
-        the gateway, usually before it is ever produced. A hit counts as the request's lookup; a
-        miss does not (the stage's lookup, which goes straight to the semantic tier, does)."""
-        self.stats.peeks += 1
-        why = self.policy.bypass(env)
-        if why:
-            return Outcome(False, reason=why)
-        if has_media(env):
-            return Outcome(False, reason="media")
-        key = cache_key(env)
-        live = self.versions.live(env.model)
-        t0 = time.time_ns()
-        exact = self._from_front(key, live, at_ms)
-        front = exact is not None
-        if exact is None:
-            exact = await self._exact(key, live, at_ms)
-        self._remember(env, key, exact)
-        out = Outcome(False, reason="no_exact")
-        out.timings.append(("cache_exact", t0, time.time_ns(), {"front": True} if front else {}))
-        if exact is not None:
-            # A hit is the request's whole lookup (one within the gateway's hold never reaches the
-            # stage): counted here, and not again if the request does reach the stage.
-            self.stats.peek_hits += 1
-            self.stats.lookups += 1
-            self.stats.hits_exact += 1
-            out.hit, out.tier, out.entry, out.similarity, out.reason = True, "exact", exact, 1.0, ""
+            out.timings.append(("cache_verify", t3, time.time_ns(), {"checked": len(above), "ok": out.hit}))
         return out
 
     def _from_front(self, key: CacheKey, live: frozenset[str], at_ms: int | None) -> Entry | None:
@@ -221,26 +226,23 @@ class SemanticCache:
             self.front.put(key.tenant, key.exact, found, generation)
         return found
 
-    def _remember(self, env: Envelope, key: CacheKey, exact: Entry | None) -> None:
-        """What the peek found, for the same request's lookup when it arrives through the pipeline
-        (in this replica: the usual case with one; another replica simply asks Milvus again)."""
+    def _remember(self, env: Envelope, key: CacheKey, found: asyncio.Future[Outcome | None]) -> None:
+        """The peek's lookup (running or done), for the same request's stage lookup when it comes
+        through the pipeline (in this replica: the usual case with one; another simply looks again)."""
         now = time.monotonic()
-        self._peeked[(env.tenant, env.request_id)] = (now, key.exact, exact)
+        self._peeked[(env.tenant, env.request_id)] = (now, key.exact, found)
         while self._peeked:
             oldest = next(iter(self._peeked.values()))
             if len(self._peeked) <= PEEKED_MAX and now - oldest[0] <= PEEKED_KEEP_S:
                 break
             self._peeked.popitem(last=False)
 
-    def _recall(self, env: Envelope, key: CacheKey) -> tuple[Entry | None] | None:
-        """(entry or None) when this request was peeked at recently, else None (ask Milvus)."""
+    def _recall(self, env: Envelope, key: CacheKey) -> asyncio.Future[Outcome | None] | None:
+        """The peek's lookup of this very request (same id, same content) if there was one lately."""
         got = self._peeked.pop((env.tenant, env.request_id), None)
         if got is None or got[1] != key.exact or time.monotonic() - got[0] > PEEKED_KEEP_S:
             return None
-        entry = got[2]
-        if entry is not None and entry.expires_ms <= now_ms():
-            return None  # expired since: ask again
-        return (entry,)
+        return got[2]
 
     @staticmethod
     def apply_hit(env: Envelope, out: Outcome, parent: str = "cache") -> Envelope:

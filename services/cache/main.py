@@ -24,6 +24,7 @@ from switchyard.v1.events_pb2 import AdapterEvent, CachePurge, Heartbeat
 from shared.auth import is_internal
 from shared.bus import OutRecord, Producer, follow, off_path_wait_ms
 from shared.config import Settings
+from shared.cpus import parse_cpus
 from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
 from shared.health import Health
 from shared.service import Service, run_service
@@ -117,7 +118,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 )
         else:
             encode = await asyncio.to_thread(load_minilm, threads=settings.cache_embed_threads)
-        embedder = BatchingEmbedder(encode, settings.cache_embed_max_batch, settings.cache_embed_window_ms)
+        embedder = BatchingEmbedder(
+            encode,
+            settings.cache_embed_max_batch,
+            settings.cache_embed_window_ms,
+            settings.cache_embed_recent,
+            cpus=parse_cpus(settings.cache_embed_cpus) if settings.cache_embed_cpus else None,
+        )
         await asyncio.to_thread(encode, ["warm-up"])
         while not stop.is_set():
             try:
@@ -281,6 +288,7 @@ def api(
         data = cache.stats.summary()
         data["entries"] = await asyncio.to_thread(cache.store.count)
         data["front_entries"] = len(cache.front)
+        data["embeddings"] = {"batches": cache.embedder.batches, "reused": cache.embedder.reused}
         data["ready"] = True
         return JSONResponse(data)
 
@@ -327,8 +335,9 @@ def api(
         )
 
     async def peek(req: Request) -> Response:
-        """The exact tier for the gateway, which sends each cacheable request here while the same
-        request runs the pipeline: 200 + the answered envelope on a hit, 204 otherwise."""
+        """The lookup for the gateway, which sends each cacheable text request here before it
+        produces it: 200 + the answered envelope on a hit of either tier, 204 + `x-cache-reason`
+        otherwise. The stage then takes this outcome instead of looking again."""
         if not authorised(req):
             return JSONResponse({"error": {"message": "invalid token", "type": "auth"}}, status_code=401)
         cache = state.get("c")

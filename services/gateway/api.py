@@ -57,7 +57,7 @@ def _error(
     return error_response("gateway", status, message, code, param, headers)
 
 
-# peek(serialised envelope, request id, tenant) -> the answered envelope on an exact hit, else None.
+# peek(serialised envelope, request id, tenant) -> the answered envelope on a cache hit, else None.
 Peek = Callable[[bytes, str, str], Awaitable[Envelope | None]]
 
 
@@ -76,7 +76,7 @@ class Backend:
     list_adapters: Callable[[str], Awaitable[list[Any]]] | None = None
     # True once SIGTERM arrived: new requests that wait for replies get 503 + Retry-After.
     draining: Callable[[], bool] = lambda: False
-    # The cache's exact tier, asked while the request runs the pipeline (cache_peek.py); None: no peeking.
+    # The cache's lookup, asked before the request is produced (cache_peek.py); None: no peeking.
     peek: Peek | None = None
     # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
     rollouts: RolloutStore | None = None
@@ -261,7 +261,7 @@ def create_app(backend: Backend) -> FastAPI:
             log.warning("request record not produced after a peek answered it", error=repr(fut.exception()))
 
     async def peek_cache(peek: Peek, request: bytes, rid: str, tenant: str) -> None:
-        """An exact hit answers the waiter now; the pipeline's answer then arrives as a duplicate."""
+        """A hit answers the waiter now; a pipeline answer, if the request was produced, is a duplicate."""
         hit = await peek(request, rid, tenant)
         if hit is not None:
             backend.replies.on_response(hit, 0)
@@ -295,9 +295,9 @@ def create_app(backend: Backend) -> FastAPI:
                     peeks.add(peek_task)  # a reference until it ends (the loop keeps only weak ones)
                     peek_task.add_done_callback(peeks.discard)
                     if s.cache_peek_hold_ms > 0:
-                        # A hit from the cache's memory comes back within the hold: the request is
-                        # answered and never produced (no pipeline run at all). Past the hold the
-                        # record goes out and the peek goes on beside it (cache_peek.py).
+                        # A hit within the hold is answered and never produced (no pipeline run at
+                        # all); a miss goes on with its lookup done. Past the hold the record goes
+                        # out and the peek goes on beside it (cache_peek.py).
                         await asyncio.wait({peek_task}, timeout=s.cache_peek_hold_ms / 1000)
                         held_until = time.time_ns()
                 if not (peeking and waiter.final.done()):

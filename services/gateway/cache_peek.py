@@ -1,15 +1,17 @@
-"""Ask the cache's exact tier for an answer before (and while) the request runs the pipeline.
+"""Ask the cache for an answer before (and while) the request runs the pipeline.
 
-An exact repeat is the cheapest answer there is, yet through the pipeline it pays three Kafka
-hops (gateway -> preprocess -> cache -> gateway) before the client sees it. So the gateway first
-sends each request the cache could answer straight to the cache service's exact tier over HTTP
-and waits for it up to `SY_CACHE_PEEK_HOLD_MS` (5 ms): a hit from the cache's in-memory front
-comes back well within that, and the request is answered without ever being produced (no
-pipeline run, no broker record). Past the hold the record is produced and the peek goes on as a
-hedged read: whichever answer arrives first is sent (`ReplyRouter` drops the other). So a miss
-costs the client the hold at most, and a slow peek never holds the pipeline back further. The
-cache service keeps all the rules (policy, live model versions, expiry): the gateway only
-pre-filters with the shared rule.
+A cached answer is the cheapest there is, yet through the pipeline it pays three Kafka hops
+(gateway -> preprocess -> cache -> gateway) before the client sees it. So the gateway first sends
+each text request the cache could answer straight to the cache service's lookup over HTTP (exact
+tier, then the semantic tier and the verifier: the lookup the cache stage would do) and holds the
+request up to `SY_CACHE_PEEK_HOLD_MS` (50 ms) for it. A hit within the hold is answered and the
+request is never produced (no pipeline run, no broker record). A miss is produced with its lookup
+done: the cache stage takes the peek's outcome instead of looking again, so the hold costs a miss
+only the HTTP round trip to the cache. Past the hold (a slow lookup) the record is produced and the
+peek goes on as a hedged read: whichever answer arrives first is sent (`ReplyRouter` drops the
+other), and the stage waits for the peek's lookup rather than repeat it. The cache service keeps
+all the rules (policy, live model versions, expiry): the gateway only pre-filters with the shared
+rule.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class CachePeek:
         )
 
     async def __call__(self, request: bytes, request_id: str, tenant: str) -> Envelope | None:
-        """The answered envelope on an exact hit; None on a miss or any failure (never raises).
+        """The answered envelope on a hit; None on a miss or any failure (never raises).
         `request`: the serialised envelope of that request id and tenant."""
         try:
             r = await self._http.post(self.url, content=request)

@@ -1,6 +1,7 @@
-"""The cache through the gateway: an exact repeat is answered by the gateway's peek at the cache's
-exact tier without a Kafka hop, the same answer the engine gave; streaming too; a sampled request
-is never peeked at; the pipeline's own (duplicate) answer does not reach the client twice."""
+"""The cache through the gateway: an exact repeat and a paraphrase are answered by the gateway's
+peek at the cache (its whole lookup) without a Kafka hop, with the answer the engine gave; streaming
+too; a sampled request is never peeked at; the pipeline's own (duplicate) answer does not reach the
+client twice."""
 
 from __future__ import annotations
 
@@ -56,11 +57,20 @@ def test_exact_repeat_is_answered_by_the_peek(cached: Pipeline) -> None:
     assert info["cache"]["hit"] and info["cache"]["tier"] == "exact"
     assert again.choices[0].message.content == first.choices[0].message.content
     top = [r["stage"] for r in info["breakdown"] if "parent" not in r]
-    # Usually the peek answers (accept, the peek, the reply: no Kafka hop); the pipeline's own
-    # exact hit may still win a race on a loaded machine, and then it is its answer that counts.
+    # Usually the peek answers (accept, the peek, the reply: no Kafka hop); past the hold the
+    # pipeline's own answer may still win a race on a loaded machine, and then it is the one counted.
     assert top in (
         ["gateway_accept", "cache_peek", "gateway_reply"],
-        ["gateway_accept", "queue", "preprocess", "queue", "cache", "queue", "gateway_reply"],
+        [
+            "gateway_accept",
+            "gateway_peek_hold",
+            "queue",
+            "preprocess",
+            "queue",
+            "cache",
+            "queue",
+            "gateway_reply",
+        ],
     ), info["breakdown"]
 
     chunks = list(client.chat.completions.create(**KW, stream=True))
@@ -68,20 +78,45 @@ def test_exact_repeat_is_answered_by_the_peek(cached: Pipeline) -> None:
         first.choices[0].message.content
     )
 
+    # Another wording of the same question (the embedder is uncased): the semantic tier, at the peek.
+    para = client.chat.completions.create(
+        **{**KW, "messages": [{"role": "user", "content": "what is 17+25?"}]}
+    )
+    pinfo = para.model_extra["switchyard"]
+    assert pinfo["cache"]["hit"] and pinfo["cache"]["tier"] == "semantic", pinfo
+    assert para.choices[0].message.content == first.choices[0].message.content
+    ptop = [r["stage"] for r in pinfo["breakdown"] if "parent" not in r]
+    # Within the hold: never produced. On a loaded machine the lookup may outlast the hold; then the
+    # record goes out and the pipeline's cache stage answers from the same (awaited) lookup.
+    assert ptop in (
+        ["gateway_accept", "cache_peek", "gateway_reply"],
+        [
+            "gateway_accept",
+            "gateway_peek_hold",
+            "queue",
+            "preprocess",
+            "queue",
+            "cache",
+            "queue",
+            "gateway_reply",
+        ],
+    ), pinfo["breakdown"]
+    assert "cache_search" in {r["stage"] for r in pinfo["breakdown"]}
+
     sampled = client.chat.completions.create(**{**KW, "temperature": 0.7, "seed": 1})
     assert "cache" not in sampled.model_extra["switchyard"]
 
-    # Two peeks hit (plain and streaming), the sampled request was never sent to peek. A peek
-    # hit within the gateway's hold (SY_CACHE_PEEK_HOLD_MS) is never produced; one slower than
-    # that is, and the pipeline's cache stage then answers it again from the peek's finding (an
-    # exact hit whose reply the gateway drops). The sampled request goes around the cache.
+    # Every cacheable request was peeked at: the first (a miss; the stage went on with that
+    # finding), and three hits (plain, streaming, the paraphrase); the sampled request never was.
+    # A peek hit within the gateway's hold (SY_CACHE_PEEK_HOLD_MS) is never produced; one slower
+    # than that is, and the pipeline's cache stage answers it again from the peek's lookup (a
+    # duplicate the gateway drops).
     deadline = time.monotonic() + 30
-    while (s := stats(cached))["peeks"] < 3:
+    while (s := stats(cached))["peeks"] < 4:
         assert time.monotonic() < deadline, s
         time.sleep(0.2)
     time.sleep(1.0)  # a produced duplicate reaches the cache stage within this
     s = stats(cached)
-    assert s["peek_hits"] == 2 and s["peeks"] == 3, s
-    # One lookup per cacheable request: the first (a miss, in the stage) and the two peek hits
-    # (counted at the peek, not again in the stage when one was produced).
-    assert s["lookups"] == 3 and s["hits_exact"] == 2, s
+    assert s["peek_hits"] == 3 and s["peeks"] == 4, s
+    # One lookup per cacheable request, each counted at its peek (not again in the stage).
+    assert (s["lookups"], s["hits_exact"], s["hits_semantic"]) == (4, 2, 1), s

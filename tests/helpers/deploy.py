@@ -57,6 +57,7 @@ OPTIONAL_UNSET = {
     "cache_embed_triton_url",  # unset: the cache embeds in-process
     "router_stale_after_s",  # default: 3 heartbeat intervals
     "frontend_cpus",  # only `switchyard up` sets it; a pod gets its CPUs from Kubernetes
+    "cache_embed_cpus",  # the same
 }
 # Settings with a default that only suits one machine: loopback addresses, the local API key and
 # internal token, a relative state directory.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -233,6 +234,35 @@ async def test_batched_embedding_of_concurrent_lookups(cache: SemanticCache) -> 
     assert cache.embedder.batches < 8 and cache.embedder.last_batch_size >= 1
 
 
+async def test_a_write_back_reuses_the_vector_its_lookup_embedded(milvus: EmbeddedMilvus, encode) -> None:  # type: ignore[no-untyped-def]
+    """A miss is embedded once: its write-back takes the vector its lookup computed (the recent
+    vectors are bounded); the stored entry is then found by a paraphrase as usual."""
+    texts: list[str] = []
+
+    def recording_encode(batch):  # type: ignore[no-untyped-def]
+        texts.extend(batch)
+        return encode(batch)
+
+    store = CacheStore(milvus.uri, collection=f"t_cache_{next(_n)}_{int(time.time())}")
+    store.ensure()
+    try:
+        c = SemanticCache(
+            store, BatchingEmbedder(recording_encode, recent=2), CachePolicy(floor=0.8, ttl_s=3600)
+        )
+        env = req("How do I reset my password?")
+        assert not (await c.lookup(env)).hit and texts == ["How do I reset my password?"]
+        await stored(c, env)
+        assert texts == ["How do I reset my password?"] and c.embedder.reused == 1
+        assert (await c.lookup(req("How can I reset my password?"))).hit
+        for q in ("Which plan includes phone support?", "What are your opening hours?"):
+            await c.lookup(req(q))  # pushes the first text out of the two remembered
+        await c.lookup(req("How do I reset my password?", tenant="other"))
+        assert texts.count("How do I reset my password?") == 2
+    finally:
+        store.drop()
+        store.close()
+
+
 async def test_model_version_change_invalidates_and_filters(cache: SemanticCache) -> None:
     from switchyard.v1.events_pb2 import Heartbeat
 
@@ -334,34 +364,52 @@ def count_exact_queries(cache: SemanticCache) -> list[str]:
 
 
 async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCache) -> None:
-    """The gateway's peek and the same request's lookup in the pipeline ask the exact tier once:
-    a peek hit is the lookup's hit, a peek miss sends the lookup straight to the semantic tier;
-    another request (or the same id with other content) asks Milvus itself."""
+    """The gateway's peek is the request's whole lookup (exact, then semantic + verifier); when the
+    same request then reaches the stage, the stage takes the peek's outcome (awaiting it if it is
+    still running) instead of looking again. Another request, or the same id with other content,
+    is looked up anew. Each request counts once in the stats."""
     cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
     await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
     calls = count_exact_queries(cache)
-    hit_req = req("How do I reset my password?", rid="p-1")
-    assert (await cache.peek(hit_req)).hit and calls == ["exact"]
+    search = cache.store.search
+
+    def counting_search(*a, **kw):  # type: ignore[no-untyped-def]
+        calls.append("search")
+        return search(*a, **kw)
+
+    cache.store.search = counting_search  # type: ignore[method-assign]
+    assert (await cache.peek(req("How do I reset my password?", rid="p-1"))).hit and calls == ["exact"]
     out = await cache.lookup(req("How do I reset my password?", rid="p-1"))
     assert out.hit and out.tier == "exact" and calls == ["exact"]  # not asked again
     assert out.entry is not None and out.entry.prompt == "How do I reset my password?"
-    assert [a for s, *_, a in out.timings if s == "cache_exact"] == [{"from_peek": True}]
+    assert [(s, a) for s, *_, a in out.timings] == [("cache_from_peek", {"tier": "exact"})]
 
-    para = req("How can I reset my password?", rid="p-2")
-    assert not (await cache.peek(para)).hit and calls == ["exact"] * 2
+    # A paraphrase: the peek finds the semantic hit itself; the stage, reached while the peek is
+    # still out, waits for it rather than embedding and searching a second time.
+    calls.clear()
+    peek = asyncio.ensure_future(cache.peek(req("How can I reset my password?", rid="p-2")))
+    await asyncio.sleep(0)  # the peek has started
     out = await cache.lookup(req("How can I reset my password?", rid="p-2"))
-    assert out.hit and out.tier == "semantic" and calls == ["exact"] * 2  # straight to the search
+    assert out.hit and out.tier == "semantic" and (await peek).tier == "semantic"
+    assert calls == ["exact", "search"]
 
+    # A miss: the stage goes on with the peek's finding (and its reason), without a lookup.
+    calls.clear()
+    assert not (await cache.peek(req("Which plan includes phone support?", rid="p-4"))).hit
+    out = await cache.lookup(req("Which plan includes phone support?", rid="p-4"))
+    assert not out.hit and calls == ["exact", "search"]
+    assert [(s, a) for s, *_, a in out.timings] == [("cache_from_peek", {"reason": out.reason})]
+
+    calls.clear()
     assert (await cache.lookup(req("How do I reset my password?", rid="p-1"))).hit  # remembered once
-    assert calls == ["exact"] * 3
+    assert calls == ["exact"]
     await cache.peek(req("How do I reset my password?", rid="p-3"))
     assert (await cache.lookup(req("Which plan includes phone support?", rid="p-3"))).hit is False
-    assert calls == ["exact"] * 5  # same id, other content: asked again
-    assert cache.stats.peeks == 3 and cache.stats.peek_hits == 2
-    # One count per request: a peek hit is its request's lookup (the stage's reuse is not counted
-    # again); a peek miss is not, the stage's lookup is.
+    assert calls == ["exact", "exact", "exact", "search"]  # same id, other content: looked up anew
     s = cache.stats
-    assert (s.lookups, s.hits_exact, s.hits_semantic) == (5, 3, 1)
+    assert (s.peeks, s.peek_hits) == (4, 3)
+    # 4 peeks + 2 lookups of their own; the stage's reuse of a peek is not counted again.
+    assert (s.lookups, s.hits_exact, s.hits_semantic) == (6, 3, 1)
 
 
 async def test_lookups_never_wait_for_a_time_tick_and_see_a_finished_write_back(cache: SemanticCache) -> None:
@@ -423,7 +471,7 @@ async def test_the_front_answers_repeats_from_memory_and_never_what_milvus_would
 
     # The model's live version is v2 now: v1 answers are not served (nor by Milvus).
     cache.versions.observe(Heartbeat(pool="vllm", worker_id="w", model_versions={"sy-tiny": "v2"}))
-    assert (await cache.peek(req("How do I reset my password?"))).reason == "no_exact"
+    assert not (await cache.peek(req("How do I reset my password?"))).hit
     cache.versions = LiveVersions()
 
     # This replica's purge: gone from Milvus and the front.

@@ -83,9 +83,9 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         )
         await produce(broker.bootstrap, f"{topics}responses", [encode(got)])
         wait_stats(port, lambda s: s.get("stored", 0) >= 1)
-        # 2b. The gateway's peek at the exact tier (HTTP, internal token): the same request is
-        # answered with the stored response; a paraphrase, another tenant, a sampled request and
-        # a request with an image are not (the semantic tier runs only in the pipeline).
+        # 2b. The gateway's peek (HTTP, internal token) is the request's whole lookup: the same
+        # request is answered with the stored response, and so is a paraphrase (semantic tier);
+        # another tenant, a sampled request and a request with an image are not.
         peek_url = f"http://127.0.0.1:{port}/v1/cache/peek"
         auth = {"authorization": f"Bearer {TOKEN}"}
 
@@ -99,13 +99,14 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         assert answered.request_id == "p1" and answered.cache.hit and answered.cache.tier == "exact"
         assert answered.response.choices[0].text == "Settings > Security > Reset"
         assert {"cache_peek", "cache_exact"} <= {t.stage for t in answered.timings}
+        r = peek(chat("p2", "How can I reset my password?"))
+        assert r.status_code == 200 and Envelope.FromString(r.content).cache.tier == "semantic"
         sampled = chat("p5", "How do I reset my password?")
         sampled.request.sampling.ClearField("temperature")
         pictured = chat("p6", "How do I reset my password?")
         pictured.request.messages[0].parts.add(type="image_url").image_url.url = "data:image/png;base64,AA=="
         for e, reason in (
-            (chat("p2", "How can I reset my password?"), "no_exact"),
-            (chat("p3", "How do I reset my password?", tenant="rival"), "no_exact"),
+            (chat("p3", "How do I reset my password?", tenant="rival"), "no_candidate"),
             (sampled, "sampled"),
             (pictured, "media"),
         ):
@@ -113,8 +114,10 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
             assert (r.status_code, r.headers.get("x-cache-reason")) == (204, reason), e.request_id
         assert httpx.post(peek_url, content=b"\xff\xff", headers=auth).status_code == 400
         s = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
-        # A peek hit is its request's lookup (q1's miss and p1's hit); misses are left to the stage.
-        assert (s["peeks"], s["peek_hits"], s["lookups"], s["hits_exact"]) == (5, 1, 2, 1)
+        # Each peek that looked is its request's lookup (the stage reuses it): q1's miss in the
+        # stage, then p1, p2 and p3; the sampled and the pictured requests were never looked up.
+        counts = [s[k] for k in ("peeks", "peek_hits", "lookups", "hits_exact", "hits_semantic")]
+        assert counts == [5, 2, 4, 1, 1]
         # 3. A paraphrase is answered by the cache, on sy.responses, with the stored answer.
         await produce(
             broker.bootstrap, f"{topics}prepared", [encode(chat("q2", "How can I reset my password?"))]
@@ -171,7 +174,7 @@ async def test_cache_service_miss_writeback_hit_and_model_version(
         assert not next(decode(r.value) for r in recs if decode(r.value).request_id == "q3").cache.hit
         assert peek(chat("p7", "How do I reset my password?")).status_code == 204  # nor by a peek
         stats = httpx.get(f"http://127.0.0.1:{port}/v1/cache/stats").json()
-        assert stats["hits_semantic"] == 1 and stats["hits_exact"] == 1 and stats["hit_rate"]["semantic"] > 0
+        assert stats["hits_semantic"] == 2 and stats["hits_exact"] == 1 and stats["hit_rate"]["semantic"] > 0
         assert stats["lookup_ms"]["p50"] is not None and stats["entries"] == 0
 
         # 5. Per-tenant floor through the API: token required, validated, persisted, reloaded.
@@ -243,7 +246,7 @@ async def test_a_purge_through_one_replica_reaches_the_other_replicas_memory(
         wait_stats(b.port, lambda s: s["front_entries"] == 0, timeout_s=10)
         for p in (a, b):
             r = peek(p, "p3")
-            assert (r.status_code, r.headers.get("x-cache-reason")) == (204, "no_exact")
+            assert (r.status_code, r.headers.get("x-cache-reason")) == (204, "no_candidate")
     finally:
         a.stop()
         b.stop()

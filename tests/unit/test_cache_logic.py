@@ -224,3 +224,31 @@ def test_verifier_reads_synonyms_from_wordnet_and_skips_pleasantries() -> None:
     assert v.check(
         "Morning! How do I get a bulky waste collection?", "How do I get a bulky waste collection?", 0.9
     ).ok
+
+
+async def test_the_embedder_runs_on_its_own_cores_and_reuses_recent_vectors() -> None:
+    """The launcher gives the embedding thread every core while the service stays on its own
+    (SY_CACHE_EMBED_CPUS); a text embedded lately is not embedded again, and the bound holds."""
+    import os
+
+    import numpy as np
+
+    from services.cache.embed import BatchingEmbedder
+
+    seen: list[tuple[list[str], set[int]]] = []
+
+    def encode(texts):  # type: ignore[no-untyped-def]
+        seen.append((list(texts), os.sched_getaffinity(0)))
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    before = os.sched_getaffinity(0)
+    one = min(before)
+    e = BatchingEmbedder(encode, window_ms=0, recent=2, cpus=frozenset({one}))
+    v = await e.embed("a")
+    assert seen == [(["a"], {one})] and os.sched_getaffinity(0) == before
+    assert await e.embed("a") is v and e.reused == 1 and len(seen) == 1
+    assert not v.flags.writeable  # shared by every caller of the text
+    await e.embed("b")
+    await e.embed("c")
+    await e.embed("a")  # pushed out by b and c
+    assert [t for t, _ in seen] == [["a"], ["b"], ["c"], ["a"]]

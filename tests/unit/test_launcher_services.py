@@ -1,6 +1,7 @@
 """Which services `switchyard up` starts: the cache only when it is on (preprocess routes every
 request past it otherwise, so it would only poll the broker), the Triton worker only with a
-Triton pool; the gateway is told where to peek at the cache's exact tier only when it runs."""
+Triton pool; the gateway is told where to peek at the cache only when it runs; the cache's
+embedding thread gets every core where the services are pinned to theirs."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ def test_the_gateway_peeks_at_the_cache_it_started(tmp_path: Path, monkeypatch) 
     assert "SY_CACHE_PEEK_URL" not in up._env_for("router", 9103)
     alone = launcher_mod.Launcher(Settings(var_dir=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115
     assert "SY_CACHE_PEEK_URL" not in alone._env_for("gateway", 8000)  # no cache started: no peek
+
+
+def test_where_the_services_are_pinned_the_caches_embedder_gets_every_core(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("SY_CACHE_EMBED_CPUS", raising=False)
+    up = launcher_mod.Launcher(Settings(var_dir=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115
+    assert "SY_CACHE_EMBED_CPUS" not in up._env_for("cache", 9105)  # nothing pinned
+    up.all_cpus, up.service_cpus = frozenset({0, 1, 2, 3}), frozenset({3})
+    assert up._env_for("cache", 9105)["SY_CACHE_EMBED_CPUS"] == "0,1,2,3"
+    assert "SY_CACHE_EMBED_CPUS" not in up._env_for("router", 9103)
