@@ -331,7 +331,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "milvus": MILVUS,
         "hit_e2e_p50_ms": {"exact": e2e["exact_hit"]["p50_ms"], "semantic": e2e["semantic_hit"]["p50_ms"]},
         "miss_e2e_p50_ms": e2e["miss"]["p50_ms"],
-        "target_hit_e2e_p50_le_20ms": e2e["exact_hit"]["p50_ms"] <= 20,
+        # Both tiers' hits count: the target is met only when each is within it.
+        "target_hit_e2e_p50_le_20ms": {
+            tier: e2e[f"{tier}_hit"]["p50_ms"] <= 20 for tier in ("exact", "semantic")
+        },
         f"lookup_p99_ms_at_{sizes[-1]}": big["lookup_total"]["p99_ms"],
         f"milvus_search_p99_ms_at_{sizes[-1]}": big["milvus_search"]["p99_ms"],
         "target_lookup_p99_le_10ms": big["lookup_total"]["p99_ms"] <= 10,
