@@ -98,14 +98,20 @@ def test_n_greater_than_one(client: openai.OpenAI) -> None:
 
 
 def test_stop_sequences(client: openai.OpenAI) -> None:
-    kw = dict(
-        model="sy-tiny",
-        messages=[{"role": "user", "content": "copy: abcdefgh"}],
-        max_tokens=16,
-        temperature=0,
-    )
-    full = client.chat.completions.create(**kw).choices[0].message.content or ""
-    assert len(full) >= 3, full
+    # The model is trained for a fixed time at build, so how well it does one task varies from build
+    # to build (a CI build once answered "copy: abcdefgh" with "bc"): take the first prompt whose
+    # greedy answer is long enough to cut.
+    answers = []
+    for prompt in ("reverse: planet", "copy: abcdefgh", "What is 17+25?", "sort: dbca"):
+        kw = dict(
+            model="sy-tiny", messages=[{"role": "user", "content": prompt}], max_tokens=16, temperature=0
+        )
+        full = client.chat.completions.create(**kw).choices[0].message.content or ""
+        answers.append(full)
+        if len(full) >= 3:
+            break
+    else:
+        pytest.fail(f"no answer of 3 characters or more to cut: {answers}")
     stop = full[2]
     cut = client.chat.completions.create(**kw, stop=[stop]).choices[0]
     assert cut.message.content == full[: full.index(stop)]
