@@ -86,6 +86,18 @@ def engine_cpus(mode: str, every: frozenset[int], services: frozenset[int]) -> f
     return every - services if mode == "own" and every - services else every
 
 
+def pin_thread(cpus: frozenset[int] | set[int] | None) -> bool:
+    """Move the calling thread only (a thread pool's initializer) onto `cpus`; False when the
+    cpuset excludes some of them and the thread stays where the process is."""
+    if not cpus:
+        return True
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:
+        return False
+    return True
+
+
 def pin_process(cpus: frozenset[int] | set[int], pid: int | None = None) -> int:
     """Move every thread of a process (default: this one) onto `cpus`; threads and processes it
     starts later inherit it. Returns how many threads moved."""

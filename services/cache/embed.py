@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.cpus import usable_cpus
+from shared.cpus import pin_thread, usable_cpus
 from shared.models.minilm import MAX_TOKENS, export_minilm_onnx
 from shared.telemetry import get_logger
 
@@ -103,13 +103,9 @@ def load_triton_minilm(url: str, model: str = "all-minilm-l6-v2", timeout_s: flo
     return encode
 
 
-def _pin_thread(cpus: frozenset[int] | None) -> None:
-    """Move the calling thread (only it) onto `cpus`."""
-    if cpus:
-        try:
-            os.sched_setaffinity(0, cpus)
-        except OSError as exc:  # a cpuset that excludes some: stay where the process is
-            log.warning("embedder thread not moved", cpus=sorted(cpus), error=str(exc))
+def _embed_thread_start(cpus: frozenset[int] | None) -> None:
+    if not pin_thread(cpus):
+        log.warning("embedding thread left on the process's cores", cpus=sorted(cpus or ()))
 
 
 class BatchingEmbedder:
@@ -130,7 +126,7 @@ class BatchingEmbedder:
         # Milvus: on the services' one core, which the broker and every poller share, one prompt
         # took ~20 ms instead of ~5 ms with the stack idle, measured).
         self._thread = ThreadPoolExecutor(
-            1, thread_name_prefix="embed", initializer=_pin_thread, initargs=(cpus,)
+            1, thread_name_prefix="embed", initializer=_embed_thread_start, initargs=(cpus,)
         )
         self.max_batch = max_batch
         self.window_s = window_ms / 1000

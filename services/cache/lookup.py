@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
@@ -118,10 +118,10 @@ class SemanticCache:
                 t0 = time.time_ns()
                 found = await asyncio.shield(pending)
                 if found is not None and not (found.entry is not None and found.entry.expires_ms <= now_ms()):
-                    out = Outcome(found.hit, found.tier, found.entry, found.reason, found.similarity)
                     attrs: dict[str, object] = {"tier": found.tier} if found.hit else {"reason": found.reason}
-                    out.timings.append(("cache_from_peek", t0, time.time_ns(), attrs))
-                    return out  # counted when the peek looked
+                    # Counted when the peek looked; its own rows describe work done before the
+                    # request was produced, so the stage shows only its wait for them.
+                    return replace(found, timings=[("cache_from_peek", t0, time.time_ns(), attrs)])
             out = await self._find(env, key, at_ms)
             self._count(out)
             return out

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shared.cpus import engine_cpus, format_cpus, parse_cpus, service_cpus
+from shared.cpus import engine_cpus, format_cpus, parse_cpus, pin_thread, service_cpus
 from shared.embedded.procs import child_setup
 
 
@@ -133,3 +133,20 @@ def test_embedded_milvus_gets_every_core_when_the_services_are_pinned(tmp_path, 
         check=True,
     )
     assert out.stdout.strip() == str(mine[:1])
+
+
+def test_pin_thread_moves_only_the_calling_thread() -> None:
+    import threading
+
+    before = os.sched_getaffinity(0)
+    seen: list[object] = []
+
+    def run() -> None:
+        seen.append((pin_thread(frozenset({min(before)})), os.sched_getaffinity(0)))
+        seen.append(pin_thread(frozenset({10_000})))  # not a core here: stays, says so
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [(True, {min(before)}), False]
+    assert os.sched_getaffinity(0) == before
