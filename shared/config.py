@@ -218,6 +218,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A streaming client that accepts no data for this long is cut off and its slots freed",
     )
+    gateway_prepare_text: bool = Field(
+        default=True,
+        description="The gateway prepares text-only chat/completion requests itself (tokens, context check) "
+        "and sends them past preprocess: one Kafka hop fewer. Needs the model's tokenizer.json under "
+        "SY_MODELS_DIR; without it, or when false, every request goes through sy.requests",
+    )
     gateway_max_in_flight: int = Field(
         default=1024, ge=1, description="Requests waiting for a reply in one replica (503 past it)"
     )

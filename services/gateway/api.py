@@ -66,7 +66,8 @@ class Backend:
     """What the API needs from the process: publishing and the reply side."""
 
     settings: Settings
-    submit: Callable[[Envelope], Awaitable[None]]
+    # submit(env, topic): to sy.requests, or to `topic` (the stage after preprocess) when prepared here.
+    submit: Callable[[Envelope, str | None], Awaitable[None]]
     replies: ReplyRouter
     store: ResultStore
     ready: Callable[[], bool]
@@ -78,6 +79,9 @@ class Backend:
     draining: Callable[[], bool] = lambda: False
     # The cache's lookup, asked before the request is produced (cache_peek.py); None: no peeking.
     peek: Peek | None = None
+    # prepare(env, parent) -> the next topic when the gateway prepared a text request itself, else
+    # None (shared/prepare.py: TextPreparer); raises Rejected as preprocess would. None: never.
+    prepare: Callable[[Envelope, str], str | None] | None = None
     # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
     rollouts: RolloutStore | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
@@ -279,6 +283,9 @@ def create_app(backend: Backend) -> FastAPI:
         deadline_s = time.time() + s.gateway_timeout_s
         env = to_envelope(req, request_id=rid, tenant=tenant, deadline_unix_ms=int(deadline_s * 1000))
         await check_model(req.model, tenant, env)
+        # A text request is prepared here and goes past preprocess (shared/prepare.py: one hop
+        # fewer); media goes through sy.requests. Refusals (context length) answer at once.
+        topic = backend.prepare(env, "gateway_accept") if backend.prepare is not None else None
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
@@ -301,7 +308,7 @@ def create_app(backend: Backend) -> FastAPI:
                         await asyncio.wait({peek_task}, timeout=s.cache_peek_hold_ms / 1000)
                         held_until = time.time_ns()
                 if not (peeking and waiter.final.done()):
-                    submitted = asyncio.ensure_future(backend.submit(env))
+                    submitted = asyncio.ensure_future(backend.submit(env, topic))
                     if peeking:
                         # A later peek hit is the answer too: the reply does not wait for the
                         # broker's ack of a record whose own answer will be a duplicate (still sent).
@@ -514,7 +521,7 @@ def create_app(backend: Backend) -> FastAPI:
         if new:
             try:
                 with request_span("gateway", request.headers, time.time_ns(), request_id=rid, tenant=tenant):
-                    await backend.submit(env)
+                    await backend.submit(env, None)
             except Exception:
                 backend.store.forget(rid)
                 raise

@@ -12,6 +12,7 @@ from shared.bus import FetchWaitGuard, OutRecord, Producer, client_kwargs, sent_
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
+from shared.prepare import TextPreparer
 from shared.registry_client import RegistryClient
 from shared.service import Service, run_service
 from shared.stage import Emit, out_record
@@ -32,8 +33,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     responses_topic, stream_topic = settings.topic("responses"), settings.topic("stream")
     reader_ready = asyncio.Event()
 
-    async def submit(env: Envelope) -> None:
-        rec: OutRecord = out_record(Emit(requests_topic, env))
+    async def submit(env: Envelope, topic: str | None = None) -> None:
+        """To sy.requests, or to `topic` when the gateway prepared the request itself."""
+        rec: OutRecord = out_record(Emit(topic or requests_topic, env))
         await producer.send(rec)
 
     async def read_replies(stop: asyncio.Event) -> None:
@@ -135,6 +137,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
     peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
+    preparer = TextPreparer(settings) if settings.gateway_prepare_text else None
+    if preparer is not None:
+        preparer.pre.counter.tokenizer(settings.vllm_model)  # loaded now, not on the first request
     backend = Backend(
         settings=settings,
         submit=submit,
@@ -146,6 +151,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         draining=lambda: health.draining,
         rollouts=rollouts,
         peek=peek,
+        prepare=preparer.prepare if preparer is not None else None,
     )
     health.add_check("reply_reader", reader_ready.is_set)
     app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)

@@ -470,7 +470,7 @@ async def _read_rewards(
 # ----------------------------------------------------------------------------------- routes
 def rollout_router(
     settings: Settings,
-    submit: Callable[[Envelope], Awaitable[None]],
+    submit: Callable[[Envelope, str | None], Awaitable[None]],
     tenant_dep: Callable[..., str],
     check_model: Callable[[str, str, Envelope | None], Awaitable[None]],
     check_ready: Callable[[], None],
@@ -529,7 +529,7 @@ def rollout_router(
         env.policy_version = policy["version"]
         if store.accept(env, policy):
             try:
-                await submit(env)
+                await submit(env, None)
             except Exception:
                 store.forget(tenant, rollout_id)
                 raise

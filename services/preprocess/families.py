@@ -19,12 +19,13 @@ routing if no pool serves its modality.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from shared.prepare import model_context, read_json
 
 QWEN2_VL_TYPES = {"qwen2_vl", "qwen2_5_vl"}
 LLAVA_TYPES = {"llava", "sy_vlm"}  # sy_vlm: LLaVA's layout, our encoder (shared/models/vlm.py)
@@ -89,14 +90,6 @@ class ModelMedia:
     context_tokens: int | None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, ValueError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
 def default_vision(family: str) -> VisionRule:
     if family == "llava":
         return VisionRule("llava", max_pixels=336 * 336 * 4, patch=14, image_size=336)
@@ -135,22 +128,14 @@ def audio_rate(config: dict[str, Any], default: float) -> float:
     return default
 
 
-def context_tokens(config: dict[str, Any]) -> int | None:
-    text = config.get("text_config") or config
-    n = text.get("max_position_embeddings") or config.get("max_position_embeddings")
-    return int(n) if n else None
-
-
 @lru_cache(maxsize=64)
 def model_media(
     model_dir: Path, default_family: str, default_audio_rate: float, engine_limit: int | None
 ) -> ModelMedia:
     """Read the model's config.json / preprocessor_config.json once; `engine_limit` caps the context."""
-    config = _read_json(model_dir / "config.json")
-    preproc = _read_json(model_dir / "preprocessor_config.json")
-    ctx = context_tokens(config)
-    if engine_limit is not None:
-        ctx = min(ctx, engine_limit) if ctx else engine_limit
+    config = read_json(model_dir / "config.json")
+    preproc = read_json(model_dir / "preprocessor_config.json")
+    ctx = model_context(model_dir, engine_limit)
     return ModelMedia(
         vision_rule(config, preproc, default_family), audio_rate(config, default_audio_rate), ctx
     )

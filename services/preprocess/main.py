@@ -4,10 +4,10 @@ answer (process wiring only)."""
 from __future__ import annotations
 
 from shared.bus import Producer
-from shared.cache_rules import cache_may_answer
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
+from shared.prepare import Preprocessor, TokenCounter, next_topic
 from shared.registry_client import RegistryClient
 from shared.rewards import default_functions, triton_url_of
 from shared.service import Service, run_service
@@ -16,7 +16,6 @@ from shared.storage import open_store
 
 from .adapters import AdapterPinner
 from .media_stage import MediaStage
-from .prepare import Preprocessor, TokenCounter
 from .rollouts import fan_out
 
 
@@ -25,12 +24,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     registry = RegistryClient(settings)
     pinner = AdapterPinner({m for p in settings.pools for m in p.models}, registry.resolve)
     media = MediaStage(settings, open_store(settings))
-    out, routing = settings.topic("prepared"), settings.topic("routing")
     responses = settings.topic("responses")
-
-    def next_topic(env: Envelope) -> str:
-        """Past the cache when it could not answer anyway (a hop saved; same rule as the cache's)."""
-        return out if cache_may_answer(env, settings) else routing
 
     reward_functions = default_functions(triton_url_of(settings))  # to check rollout reward specs
 
@@ -46,7 +40,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             return refused(env, exc)
         if env.kind == Kind.KIND_ROLLOUT:  # text prompts fanned out into samples (no media)
             return [
-                Emit(next_topic(g), pre.prepare(g))
+                Emit(next_topic(g, settings), pre.prepare(g))
                 for g in fan_out(env, settings.rollout_max_prompts, reward_functions)
             ]
         try:
@@ -56,7 +50,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         except Rejected as exc:  # bad media or an oversized prompt: answered, nothing stored
             return refused(env, exc, drop_input=True)
         await media.commit(env, found)  # stores blobs only for a request that passed every check
-        return [Emit(next_topic(env), env)]
+        return [Emit(next_topic(env, settings), env)]
 
     return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])
 

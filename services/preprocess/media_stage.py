@@ -22,6 +22,7 @@ from switchyard.v1.envelope_pb2 import MediaRef
 
 from shared.config import Settings
 from shared.envelope import ContentPart, Envelope, ErrorCode, Rejected
+from shared.prepare import check_context, engine_limit
 from shared.storage import ObjectNotFound, ObjectStore, validate_key
 from shared.telemetry import add_timing, get_logger
 
@@ -95,9 +96,11 @@ class MediaStage:
 
     # ------------------------------------------------------------------ phase 1: no writes
     def model(self, name: str) -> ModelMedia:
-        limit = self.s.vllm_max_model_len if name == self.s.vllm_model else None
         return model_media(
-            self.s.model_dir / name, self.s.media_image_token_family, self.s.media_audio_tokens_per_s, limit
+            self.s.model_dir / name,
+            self.s.media_image_token_family,
+            self.s.media_audio_tokens_per_s,
+            engine_limit(self.s, name),
         )
 
     async def analyse(self, env: Envelope) -> Analysis:
@@ -299,21 +302,16 @@ class MediaStage:
 
     def check_context(self, env: Envelope, a: Analysis, text_tokens: int | None) -> None:
         """Refuse a prompt that cannot fit the model's context before it reaches a worker."""
-        ctx = self.model(env.model).context_tokens
-        if ctx is None or text_tokens is None:
+        if text_tokens is None:
             return
-        total = text_tokens + a.image_tokens + a.audio_tokens
-        if total >= ctx:
-            detail = f"{text_tokens} text"
-            if a.image_tokens:
-                detail += f" + {a.image_tokens} image"
-            if a.audio_tokens:
-                detail += f" + {a.audio_tokens} audio"
-            raise Rejected(
-                "context_length_exceeded",
-                f"prompt is {total} tokens ({detail}); the model's context is {ctx}",
-                400,
-            )
+        detail = f"{text_tokens} text"
+        if a.image_tokens:
+            detail += f" + {a.image_tokens} image"
+        if a.audio_tokens:
+            detail += f" + {a.audio_tokens} audio"
+        check_context(
+            text_tokens + a.image_tokens + a.audio_tokens, self.model(env.model).context_tokens, detail
+        )
 
 
 async def fetch_remote(

@@ -31,8 +31,6 @@ THROUGH_PIPELINE = [
     "gateway_accept",
     "gateway_peek_hold",
     "queue",
-    "preprocess",
-    "queue",
     "cache",
     "queue",
     "gateway_reply",

@@ -163,11 +163,10 @@ def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
     r = client.chat.completions.create(model="sy-tiny", messages=MSG, max_tokens=8, temperature=0)
     info = r.model_extra["switchyard"]
     stages = [row["stage"] for row in info["breakdown"] if "parent" not in row]
-    # The cache is off in this stack (conftest), so preprocess sends the request past it.
+    # The gateway prepared this text request itself (shared/prepare.py) and, the cache being off
+    # in this stack (conftest), sent it straight to the router: preprocess is not on its path.
     assert stages == [
         "gateway_accept",
-        "queue",
-        "preprocess",
         "queue",
         "router",
         "queue",
@@ -176,7 +175,9 @@ def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
         "gateway_reply",
     ]
     hops = [row["topic"] for row in info["breakdown"] if row["stage"] == "queue"]
-    assert hops == ["sy.requests", "sy.routing", "sy.infer.vllm", "sy.responses"]
+    assert hops == ["sy.routing", "sy.infer.vllm", "sy.responses"]
+    [prepared] = [row for row in info["breakdown"] if row["stage"] == "prepare"]
+    assert prepared["parent"] == "gateway_accept" and prepared["duration_ms"] >= 0
     assert {"ttft", "decode"} <= {row["stage"] for row in info["breakdown"]}
     # Stated tolerance: the parts cover the end-to-end time to within 5 ms or 5 %. What they leave
     # out is event-loop scheduling between a record's arrival and its handler, which a loaded 2-core
@@ -215,14 +216,15 @@ def _chat_in_trace(pipeline, trace_id: str, parent_span: str, flags: str) -> Non
 def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> None:
     trace_id, client_span = os.urandom(16).hex(), os.urandom(8).hex()
     _chat_in_trace(pipeline, trace_id, client_span, "01")
-    stages = {"gateway", "preprocess", "router", "vllm_worker"}  # the cache is off here: passed by
+    # The gateway prepares text requests itself and the cache is off here: the router is next.
+    stages = {"gateway", "router", "vllm_worker"}
     spans = _spans_of(pipeline, trace_id, stages)
     by_name = {s["name"]: s for s in spans}
-    assert stages <= set(by_name), sorted(by_name)
+    assert stages <= set(by_name) and "preprocess" not in by_name, sorted(by_name)
     # The gateway's span hangs under the client's; the first stage's under the gateway's.
     assert by_name["gateway"]["parent_span_id"] == client_span
-    assert by_name["preprocess"]["parent_span_id"] == by_name["gateway"]["span_id"]
-    assert by_name["router"]["parent_span_id"] == by_name["preprocess"]["span_id"]
+    assert by_name["router"]["parent_span_id"] == by_name["gateway"]["span_id"]
+    assert by_name["vllm_worker"]["parent_span_id"] == by_name["router"]["span_id"]
 
     # `-00`: the client says "not sampled", so no stage records this request.
     quiet = os.urandom(16).hex()
@@ -483,8 +485,7 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
     a = json.loads((out / "analysis.json").read_text())
     assert a["completed"] >= 2 and a["failed"] == 0, a
     hops = [s for s in a["stages"] if s.startswith("hop:")]
-    assert hops == [
-        "hop:sy.requests",
+    assert hops == [  # text requests: prepared by the gateway, no hop through preprocess
         "hop:sy.routing",
         "hop:sy.infer.vllm",
         "hop:sy.responses",

@@ -48,7 +48,7 @@ class Fake:
         self.peeked: list[str] = []
         self.replies = ReplyRouter()
 
-    async def submit(self, env: Envelope) -> None:
+    async def submit(self, env: Envelope, topic: str | None = None) -> None:
         self.submitted.append(env)
         if self.pipeline_s is not None:
             copy = Envelope.FromString(env.SerializeToString())
@@ -121,9 +121,9 @@ async def test_a_peek_hit_does_not_wait_for_the_brokers_ack(tmp_path: Path) -> N
     acked = asyncio.Event()
     submit = fake.submit
 
-    async def slow_ack(env: Envelope) -> None:
+    async def slow_ack(env: Envelope, topic: str | None = None) -> None:
         await asyncio.sleep(0.5)  # the broker is slow to acknowledge
-        await submit(env)
+        await submit(env, topic)
         acked.set()
 
     fake.submit = slow_ack  # type: ignore[method-assign]
