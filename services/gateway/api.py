@@ -81,7 +81,7 @@ class Backend:
     peek: Peek | None = None
     # prepare(env, parent) -> the next topic when the gateway prepared a text request itself, else
     # None (shared/prepare.py: TextPreparer); raises Rejected as preprocess would. None: never.
-    prepare: Callable[[Envelope, str], str | None] | None = None
+    prepare: Callable[[Envelope, str], Awaitable[str | None]] | None = None
     # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
     rollouts: RolloutStore | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
@@ -285,7 +285,7 @@ def create_app(backend: Backend) -> FastAPI:
         await check_model(req.model, tenant, env)
         # A text request is prepared here and goes past preprocess (shared/prepare.py: one hop
         # fewer); media goes through sy.requests. Refusals (context length) answer at once.
-        topic = backend.prepare(env, "gateway_accept") if backend.prepare is not None else None
+        topic = await backend.prepare(env, "gateway_accept") if backend.prepare is not None else None
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()

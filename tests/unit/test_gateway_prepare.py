@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from services.gateway.api import Backend, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
 from shared.config import Settings
 from shared.envelope import Envelope
-from shared.prepare import TextPreparer
+from shared.prepare import INLINE_CHARS, TextPreparer
 
 AUTH = {"Authorization": "Bearer sk-a"}
 CONTEXT = 32
@@ -62,8 +63,7 @@ def gateway(tmp_path: Path, pipeline: Pipeline, **overrides: object) -> httpx.As
         models_dir=tmp_path / "models",
         api_keys={"sk-a": "acme"},
         gateway_timeout_s=3,
-        vllm_max_model_len=CONTEXT,
-        **overrides,
+        **{"vllm_max_model_len": CONTEXT, **overrides},
     )
     backend = Backend(
         settings=settings,
@@ -81,21 +81,34 @@ def chat(content: object, **extra: object) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(
-    ("cache", "temperature", "topic"),
-    [(False, 0, "sy.routing"), (True, 0, "sy.prepared"), (True, 1, "sy.routing")],
+    ("cache", "temperature", "topic", "words"),
+    [
+        (False, 0, "sy.routing", 3),
+        (True, 0, "sy.prepared", 3),
+        (True, 1, "sy.routing", 3),
+        (False, 0, "sy.routing", 1000),  # over INLINE_CHARS: tokenized on a thread, same result
+    ],
 )
 async def test_a_text_request_goes_past_preprocess_counted(
-    tmp_path: Path, cache: bool, temperature: float, topic: str
+    tmp_path: Path, cache: bool, temperature: float, topic: str, words: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    threaded: list[object] = []
+    real = asyncio.to_thread
+
+    async def to_thread(fn: Any, *args: Any) -> Any:
+        threaded.append(fn)
+        return await real(fn, *args)
+
+    monkeypatch.setattr("shared.prepare.asyncio.to_thread", to_thread)
     p = Pipeline()
-    async with gateway(tmp_path, p, cache_enabled=cache) as http:
-        r = await http.post(
-            "/v1/chat/completions", json=chat("hi there word", temperature=temperature), headers=AUTH
-        )
+    text = " ".join(["hi", "there", "word"] * (words // 3) + ["word"] * (words % 3))
+    async with gateway(tmp_path, p, cache_enabled=cache, vllm_max_model_len=4096) as http:
+        r = await http.post("/v1/chat/completions", json=chat(text, temperature=temperature), headers=AUTH)
     assert r.status_code == 200, r.text
     [(sent_to, env)] = p.sent
     assert sent_to == topic
-    assert env.tokens.prompt_text == 3 and env.tokens.tokenizer == "sy-tiny"
+    assert env.tokens.prompt_text == words and env.tokens.tokenizer == "sy-tiny"
+    assert len(threaded) == (len(text) > INLINE_CHARS) and (words < 1000 or threaded)
     [row] = [t for t in env.timings if t.stage == "prepare"]
     assert row.attrs["parent"] == "gateway_accept" and row.end_ns >= row.start_ns
     rows = r.json()["switchyard"]["breakdown"]
