@@ -99,20 +99,21 @@ def read_json(path: Path) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def context_tokens(config: dict[str, Any]) -> int | None:
-    """The context length a model's config.json states (a VLM's in its text_config)."""
+def context_tokens(config: dict[str, Any], engine_limit: int | None) -> int | None:
+    """The context length a model's config.json states (a VLM's in its text_config), capped by
+    what the engine allows (`engine_limit`)."""
     text = config.get("text_config") or config
     n = text.get("max_position_embeddings") or config.get("max_position_embeddings")
-    return int(n) if n else None
+    ctx = int(n) if n else None
+    if engine_limit is not None:
+        ctx = min(ctx, engine_limit) if ctx else engine_limit
+    return ctx
 
 
 @lru_cache(maxsize=64)
 def model_context(model_dir: Path, engine_limit: int | None) -> int | None:
-    """The model's context, capped by what the engine allows (`engine_limit`)."""
-    ctx = context_tokens(read_json(model_dir / "config.json"))
-    if engine_limit is not None:
-        ctx = min(ctx, engine_limit) if ctx else engine_limit
-    return ctx
+    """`context_tokens` of the model's config.json, read once."""
+    return context_tokens(read_json(model_dir / "config.json"), engine_limit)
 
 
 def engine_limit(settings: Settings, model: str) -> int | None:
@@ -142,6 +143,10 @@ class TextPreparer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.pre = Preprocessor(TokenCounter(settings.model_dir))
+
+    def warm(self, model: str) -> None:
+        """Load the model's tokenizer now rather than on its first request."""
+        self.pre.counter.tokenizer(model)
 
     def can_prepare(self, env: Envelope) -> bool:
         """Text only, and the model's tokenizer is here (else preprocess counts, or says why not)."""

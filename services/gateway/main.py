@@ -139,7 +139,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
     preparer = TextPreparer(settings) if settings.gateway_prepare_text else None
     if preparer is not None:
-        preparer.pre.counter.tokenizer(settings.vllm_model)  # loaded now, not on the first request
+        preparer.warm(settings.vllm_model)
     backend = Backend(
         settings=settings,
         submit=submit,

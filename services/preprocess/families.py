@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from shared.prepare import model_context, read_json
+from shared.prepare import context_tokens, read_json
 
 QWEN2_VL_TYPES = {"qwen2_vl", "qwen2_5_vl"}
 LLAVA_TYPES = {"llava", "sy_vlm"}  # sy_vlm: LLaVA's layout, our encoder (shared/models/vlm.py)
@@ -135,7 +135,7 @@ def model_media(
     """Read the model's config.json / preprocessor_config.json once; `engine_limit` caps the context."""
     config = read_json(model_dir / "config.json")
     preproc = read_json(model_dir / "preprocessor_config.json")
-    ctx = model_context(model_dir, engine_limit)
+    ctx = context_tokens(config, engine_limit)
     return ModelMedia(
         vision_rule(config, preproc, default_family), audio_rate(config, default_audio_rate), ctx
     )
