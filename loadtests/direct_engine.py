@@ -1,6 +1,6 @@
 """The pipeline-vs-engine workload against vLLM's AsyncLLM in-process: the floor Switchyard adds to.
 
-Run as `python -m loadtests.direct_engine MODEL_DIR LEVELS_JSON` (a subprocess, so its engine
+Run as `python -m loadtests.direct_engine MODEL_DIR LEVELS_JSON MAX_TOKENS [auto|uni|mp]` (a subprocess, so its engine
 is gone before the pipeline starts); prints `RESULT <json>`: one workload summary per level.
 The engine is built by the worker's own `engine_args`, so the flags are the worker's.
 """
@@ -14,12 +14,14 @@ import time
 from typing import Any
 
 
-async def main(model_dir: str, levels: list[list[int]], max_tokens: int) -> list[dict[str, Any]]:
+async def main(
+    model_dir: str, levels: list[list[int]], max_tokens: int, executor: str = "auto"
+) -> list[dict[str, Any]]:
     from loadtests.pipeline import pct, prompts
     from services.vllm_worker.engine import engine_args, engine_environment
     from shared.config import load_settings
 
-    settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False)
+    settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
     engine_environment(settings)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -79,5 +81,5 @@ async def main(model_dir: str, levels: list[list[int]], max_tokens: int) -> list
 
 
 if __name__ == "__main__":
-    out = asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])))
+    out = asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:5]))
     print("RESULT " + json.dumps(out), flush=True)

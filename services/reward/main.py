@@ -15,7 +15,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import CONTENT_TYPE_HEADER, OutRecord, Producer, StageConsumer, client_kwargs, header
+from shared.bus import (
+    CONTENT_TYPE_HEADER,
+    OutRecord,
+    Producer,
+    StageConsumer,
+    client_kwargs,
+    header,
+    off_path_wait_ms,
+)
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.health import Health
@@ -137,6 +145,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         handler=envelope_handler("reward", handle, validate_input=False),
         producer=producer,
         settings=settings,
+        # Off the reply path: no client waits on a reward within milliseconds, and every held fetch
+        # on the embedded broker polls (this reader took 7-9 % of the services' core while idle).
+        fetch_max_wait_ms=off_path_wait_ms(settings),
         dlq_topic=settings.topic("dlq"),
         on_dead=on_dead,  # never an error reply on sy.responses: this stage reads that topic
     )

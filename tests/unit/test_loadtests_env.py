@@ -23,3 +23,19 @@ def test_every_lora_scaling_configuration_builds_its_stack_environment(tmp_path:
         stack = Stack(tmp_path, tmp_path / "models" / "sy-tiny", 2, **extra)
         assert stack.env["SY_VLLM_ENABLE_LORA"] == lora
         assert stack.env["SY_ROUTER_ADAPTER_AFFINITY"] == extra["SY_ROUTER_ADAPTER_AFFINITY"]
+
+
+def test_the_rollouts_baseline_is_the_engines_best_run_over_both_cpu_executors() -> None:
+    """The ratio is read against the faster engine layout, and the JSON keeps every run of both."""
+    from loadtests.rollouts import merge
+
+    mp = {"samples_per_s": 60.7, "runs_samples_per_s": [60.7, 59.9], "executor": "mp"}
+    uni = {"samples_per_s": 83.4, "runs_samples_per_s": [63.2, 83.4], "executor": "uni"}
+    before = merge([mp, uni])
+    after = merge(
+        [{**mp, "samples_per_s": 61.0, "runs_samples_per_s": [61.0]}, {**uni, "samples_per_s": 70.2}]
+    )
+    both = merge([before, after])
+    assert both["samples_per_s"] == 83.4 and both["executor"] == "uni"
+    assert both["best_by_executor"] == {"mp": 61.0, "uni": 83.4}
+    assert len(both["runs_samples_per_s"]) == 7
