@@ -403,7 +403,9 @@ def test_the_services_leave_the_engine_most_cores(pipeline) -> None:
     engine_threads = [t.id for e in engines for q in [e, *e.children(recursive=True)] for t in q.threads()]
     assert set(engines[0].cpu_affinity()) == own
     if len(own) == 1:  # one engine core: the model runs in the engine-core process (cpu_executor)
-        workers = [c.name() for c in engines[0].children(recursive=True) if c.name().startswith("VLLM::Worker")]
+        workers = [
+            c.name() for c in engines[0].children(recursive=True) if c.name().startswith("VLLM::Worker")
+        ]
         assert not workers, workers
 
     def affinity(tid: int) -> set[int]:
