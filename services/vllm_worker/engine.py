@@ -27,8 +27,9 @@ def cpu_executor(setting: str, cores: int) -> str:
     processes that poll a shared-memory queue for each other, and keeps a core for the scheduler.
     With one core there is none to keep: the two only take turns on it, the waiting one polling.
     Measured on the 2-core host, AsyncLLM on one core at concurrency 8: 1,188-1,236 tok/s with the
-    two processes, 1,382-1,626 with the model in the engine-core process; on both cores the two
-    layouts ran alike (README)."""
+    two processes, 1,382-1,626 with the model in the engine-core process. With more cores vLLM's
+    layout stays: one process was faster for rollouts with both cores to itself, far slower with
+    its second OpenMP thread on the services' core (README)."""
     if setting != "auto":
         return setting
     return "uni" if cores <= 1 else "mp"
