@@ -24,11 +24,10 @@ from typing import Any
 
 import httpx
 
-from shared.cpus import has_gpu
 from shared.embedded.procs import free_port, stop_process
 from shared.models import tasks
 
-from .stack import gateway_url, run_result, start_stack, stop_stack
+from .stack import baseline_executors, gateway_url, run_result, start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -224,9 +223,7 @@ def run_direct_best(model_dir: Path, levels: list[tuple[int, int]]) -> list[dict
     """AsyncLLM on every core with each CPU executor (vLLM's worker process beside the engine
     core, and the model in the engine-core process as the worker runs it on one core); per level
     the faster: the baseline is the engine at its best."""
-    sides = {
-        ex: run_direct_engine(model_dir, levels, ex) for ex in (("auto",) if has_gpu() else ("mp", "uni"))
-    }
+    sides = {ex: run_direct_engine(model_dir, levels, ex) for ex in baseline_executors()}
     out = []
     for i in range(len(levels)):
         runs = {ex: side[i] for ex, side in sides.items()}

@@ -32,8 +32,7 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
-from loadtests.stack import models_dir, run_result
-from shared.cpus import has_gpu
+from loadtests.stack import baseline_executors, models_dir, run_result
 from shared.models import tasks
 
 MAX_TOKENS = 32
@@ -154,6 +153,7 @@ async def direct_main(
     if cores is not None:
         pin_process(cores[0])  # the engine process forked below keeps these
     engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
+    ran_with = {"0": "uni", "1": "mp"}.get(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", ""), "auto")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
@@ -205,7 +205,7 @@ async def direct_main(
                     "first_group_ms": round((min(r[2] for r in rs) - t0) * 1000, 1),
                 }
             )
-        results[str(k)] = {**best(runs), "executor": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "")}
+        results[str(k)] = {**best(runs), "executor": ran_with}
     llm.shutdown()
     return results
 
@@ -221,18 +221,15 @@ def run_direct(
 ) -> dict[str, dict[str, Any]]:
     """Per job size (str(k)), the engine's best run."""
     spec = ",".join(str(k) for k in ks)
-    out = run_result("loadtests.rollouts", "direct", str(model_dir), spec, str(n), placement, executor)
-    for r in out.values():  # which executor ran it, by name
-        r["executor"] = {"0": "uni", "1": "mp"}.get(r["executor"], "auto")
-    return out  # type: ignore[no-any-return]
+    return run_result(  # type: ignore[no-any-return]
+        "loadtests.rollouts", "direct", str(model_dir), spec, str(n), placement, executor
+    )
 
 
 def run_direct_best(model_dir: Path, ks: tuple[int, ...], n: int) -> dict[str, dict[str, Any]]:
     """The engine on every core with each CPU executor (vLLM's two processes, and the one process
     the worker uses on one core), per job size the better: the baseline is the engine at its best."""
-    sides = [
-        run_direct(model_dir, ks, n, "all", ex) for ex in (("mp", "uni") if not has_gpu() else ("auto",))
-    ]
+    sides = [run_direct(model_dir, ks, n, "all", ex) for ex in baseline_executors()]
     return {key: merge([side[key] for side in sides]) for key in sides[0]}
 
 

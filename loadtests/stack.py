@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared.cpus import has_gpu
 from shared.embedded.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,3 +117,10 @@ def run_result(module: str, *args: str, timeout_s: float = 1200) -> Any:
     if line is None:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(line[7:])
+
+
+def baseline_executors() -> tuple[str, ...]:
+    """SY_VLLM_CPU_EXECUTOR values an engine baseline runs with, the faster counting: on a CPU host
+    both layouts (vLLM's two processes, or the model in the engine-core process), as neither wins
+    every workload on every core count (README); on a GPU there is one."""
+    return ("auto",) if has_gpu() else ("mp", "uni")
