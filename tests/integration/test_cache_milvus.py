@@ -505,3 +505,14 @@ def test_a_front_fill_that_raced_an_invalidation_is_refused() -> None:
     for k in ("k2", "k3"):  # bounded: least recently used goes first
         front.put("acme", k, e, front.generation)
     assert front.get("acme", "k1") is None and len(front) == 2 and front.evicted == 1
+
+
+def test_the_embedded_server_collects_garbage_less_often(milvus: EmbeddedMilvus) -> None:
+    """Milvus' GC helper caps Go's GC target at 200 by default: a collection every ~80 searches,
+    each a search latency spike on a small host. The embedded server runs with MAX_GOGC."""
+    from shared.embedded.milvus import MAX_GOGC
+
+    log = milvus.log_path.read_text(errors="replace")
+    started = [line for line in log.splitlines() if "GC Helper initialized" in line]
+    assert started, "the GC helper did not start"
+    assert f"[maximumGOGC={MAX_GOGC}]" in started[-1]
