@@ -197,7 +197,7 @@ def service_encoder() -> Any:
     return load_onnx_minilm(models_dir(), threads=1)
 
 
-async def lookups(var_dir: Path, sizes: list[int], probes: int) -> dict[str, Any]:
+async def lookups(var_dir: Path, sizes: list[int], probes: int, warmup: int = 0) -> dict[str, Any]:
     from services.cache.embed import BatchingEmbedder
     from services.cache.keys import cache_key
     from services.cache.lookup import SemanticCache
@@ -245,27 +245,39 @@ async def lookups(var_dir: Path, sizes: list[int], probes: int) -> dict[str, Any
             insert_s = time.perf_counter() - t0
             # Probe the steady state: the HNSW build after a bulk insert takes the cores for a while.
             indexed = wait_indexed(store, size)
-            cache = SemanticCache(store, BatchingEmbedder(encode, window_ms=0), CachePolicy(floor=0.8))
+            # recent=0: every lookup embeds its prompt (the warm-up saw the same texts).
+            cache = SemanticCache(
+                store, BatchingEmbedder(encode, window_ms=0, recent=0), CachePolicy(floor=0.8)
+            )
             search_ms, exact_ms, full_ms = [], [], []
-            for j in range(probes):
+            parts: dict[str, list[float]] = {}  # the lookup's own rows (cache_embed: from its start)
+            # The first few hundred searches after the index loads run slower (scattered 5-10 ms
+            # ones, seen with the server otherwise idle): a warm-up round, not counted.
+            for j in range(-warmup, probes):
                 env = _env(10**9 + j, base_texts[j % len(base_texts)], "t0")
                 key = cache_key(env)
                 vec = base[j % len(base)]
                 t = time.perf_counter()
                 store.search(key, vec, 5)
-                search_ms.append((time.perf_counter() - t) * 1000)
-                t = time.perf_counter()
+                t1 = time.perf_counter()
                 store.exact(key)
-                exact_ms.append((time.perf_counter() - t) * 1000)
-                t = time.perf_counter()
-                await cache.lookup(env)
-                full_ms.append((time.perf_counter() - t) * 1000)
+                t2 = time.perf_counter()
+                found = await cache.lookup(env)
+                t3 = time.perf_counter()
+                if j >= 0:
+                    search_ms.append((t1 - t) * 1000)
+                    exact_ms.append((t2 - t1) * 1000)
+                    full_ms.append((t3 - t2) * 1000)
+                    for stage, start, end, _ in found.timings:
+                        parts.setdefault(stage, []).append((end - start) / 1e6)
             out[str(size)] = {
                 "insert_s": round(insert_s, 2),
                 "index": indexed,
+                "warmup_probes": warmup,
                 "milvus_search": summary_ms(search_ms),
                 "exact_query": summary_ms(exact_ms),
                 "lookup_total": summary_ms(full_ms),
+                "lookup_parts": {stage: summary_ms(xs) for stage, xs in parts.items()},
             }
             store.drop()
             store.close()
@@ -322,7 +334,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "scenario": "cache",
         "embedder": "all-MiniLM-L6-v2 on ONNX Runtime, one thread (the service's default; torch beside it)",
         "embedding": await embeddings(30 if quick else 200),
-        "lookup": await lookups(var_dir, sizes, 50 if quick else 300),
+        "lookup": await lookups(var_dir, sizes, 50 if quick else 1000, warmup=20 if quick else 300),
         "end_to_end": await end_to_end(model_dir, var_dir, 10 if quick else 40),
     }
     big = result["lookup"][str(sizes[-1])]
@@ -337,7 +349,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         },
         f"lookup_p99_ms_at_{sizes[-1]}": big["lookup_total"]["p99_ms"],
         f"milvus_search_p99_ms_at_{sizes[-1]}": big["milvus_search"]["p99_ms"],
+        # Met only by the whole lookup (exact query, embedding, search, verifier); Milvus' own
+        # search is shown beside it.
         "target_lookup_p99_le_10ms": big["lookup_total"]["p99_ms"] <= 10,
+        "milvus_search_p99_le_10ms": big["milvus_search"]["p99_ms"] <= 10,
         "embed_single_p50_ms": result["embedding"]["single"]["p50_ms"],
         "embed_per_prompt_batched_p50_ms": result["embedding"]["per_prompt_in_batch_of_32_p50_ms"],
         "embed_single_p50_ms_torch": result["embedding"]["torch_sentence_transformers"]["single"]["p50_ms"],
