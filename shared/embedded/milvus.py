@@ -23,10 +23,11 @@ from shared.embedded.procs import child_setup, free_port, stop_process, wait_por
 _COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
 # The Go GC target the query node's GC helper may raise the process to (Milvus' default is 200).
-# The proxy allocates ~1 MB per search; at 200 a collection runs every ~150 ms under lookups,
-# its ~10 ms mark phase on both cores of a small host, and every ~80th search waits on it (search
-# p99 8-9 ms vs p50 2). At 1000 the collections come ~7x less often, for ~300 MB more heap; the
-# helper still lowers it toward its minimum as memory fills.
+# A search or query allocates ~0.7 MB in the server; at 200 (27 MB live, goal ~80 MB) a collection
+# ran every ~75 calls, ~150 ms under back-to-back lookups, its ~10 ms mark phase on both cores of
+# a small host, and the call beside it waited (search p99 7-9 ms vs p50 2). At 1000 they come
+# ~3.5x less often (p99 4-6 ms), for ~300 MB more heap; the helper still lowers the target as
+# memory fills. GOGC in the environment would not do: the helper overrides it.
 MAX_GOGC = 1000
 
 
