@@ -236,6 +236,36 @@ def off_path_wait_ms(settings: Settings) -> int:
     return max(settings.kafka_fetch_max_wait_ms, 50)
 
 
+def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> list[TopicPartition]:
+    """Read again from the start every partition whose log now ends before this reader's position.
+
+    The embedded broker keeps topics in memory and restarts empty; a reader that assigned its
+    partitions itself (no group to rejoin) keeps its old position and, as it gets no
+    out-of-range error there, would wait until the new log grew past it, skipping every record
+    below (seen: position 50, high watermark 5 after a restart). Whatever the new log holds is
+    newer than what was read. On Apache Kafka the high watermark stays ahead of a position.
+    """
+    rewound: list[TopicPartition] = []
+    try:
+        assignment = consumer._subscription.subscription.assignment
+        for tp in consumer.assignment():
+            st = assignment.state_value(tp)
+            if st.has_valid_position and st.highwater is not None and st.highwater < st.position:
+                log.warning(
+                    "partition log restarted behind the reader; reading it from the start",
+                    reader=reader,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    position=st.position,
+                    high_watermark=st.highwater,
+                )
+                consumer.seek(tp, 0)
+                rewound.append(tp)
+    except AttributeError:  # an aiokafka without these internals: nothing to check
+        return []
+    return rewound
+
+
 class FetchWaitGuard:
     """Raise a consumer's fetch wait when fetches come back empty although records are waiting.
 
@@ -554,6 +584,7 @@ async def follow(
                 await consumer.position(tp)  # resolved now: a record sent from here on is read
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200)
+            rewind_reset_logs(consumer, client_id)
             for records in batch.values():
                 for rec in records:
                     try:

@@ -8,7 +8,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.bus import FetchWaitGuard, OutRecord, Producer, client_kwargs, sent_ns
+from shared.bus import FetchWaitGuard, OutRecord, Producer, client_kwargs, rewind_reset_logs, sent_ns
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
@@ -77,6 +77,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             while not stop.is_set():
                 batch = await consumer.getmany(timeout_ms=100)
                 guard.observe(bool(batch))
+                rewind_reset_logs(consumer, "gateway")
                 for tp, records in batch.items():
                     for rec in records:
                         if tp.topic == stream_topic:

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 
-from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header
+from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header, rewind_reset_logs
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Priority, Rejected, decode
 from shared.openai_format import chat_message
@@ -453,6 +453,7 @@ async def _read_rewards(
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=100)
         guard.observe(bool(batch))
+        rewind_reset_logs(consumer, "gateway-rewards")
         envs = []
         for records in batch.values():
             for rec in records:

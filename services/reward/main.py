@@ -23,6 +23,7 @@ from shared.bus import (
     client_kwargs,
     header,
     off_path_wait_ms,
+    rewind_reset_logs,
 )
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, decode, set_error
@@ -68,6 +69,7 @@ async def follow_rewards(
         t0, empty = time.monotonic(), 0
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=100)
+            rewind_reset_logs(consumer, "reward-follow")
             for records in batch.values():
                 for rec in records:
                     try:
