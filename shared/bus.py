@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -236,7 +236,18 @@ def off_path_wait_ms(settings: Settings) -> int:
     return max(settings.kafka_fetch_max_wait_ms, 50)
 
 
-def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> list[TopicPartition]:
+def _positions(consumer: AIOKafkaConsumer) -> Iterator[tuple[TopicPartition, int, int | None]]:
+    """(partition, next offset to fetch, high watermark of the last fetch) for each assigned
+    partition with a position: aiokafka's own per-partition state (AttributeError where an
+    aiokafka lacks these internals)."""
+    assignment = consumer._subscription.subscription.assignment
+    for tp in consumer.assignment():
+        st = assignment.state_value(tp)
+        if st.has_valid_position:
+            yield tp, st.position, st.highwater
+
+
+def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> None:
     """Read again from the start every partition whose log now ends before this reader's position.
 
     The embedded broker keeps topics in memory and restarts empty; a reader that assigned its
@@ -245,25 +256,20 @@ def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> list[TopicPart
     below (seen: position 50, high watermark 5 after a restart). Whatever the new log holds is
     newer than what was read. On Apache Kafka the high watermark stays ahead of a position.
     """
-    rewound: list[TopicPartition] = []
     try:
-        assignment = consumer._subscription.subscription.assignment
-        for tp in consumer.assignment():
-            st = assignment.state_value(tp)
-            if st.has_valid_position and st.highwater is not None and st.highwater < st.position:
-                log.warning(
-                    "partition log restarted behind the reader; reading it from the start",
-                    reader=reader,
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    position=st.position,
-                    high_watermark=st.highwater,
-                )
-                consumer.seek(tp, 0)
-                rewound.append(tp)
+        behind = [(tp, pos, hw) for tp, pos, hw in _positions(consumer) if hw is not None and hw < pos]
     except AttributeError:  # an aiokafka without these internals: nothing to check
-        return []
-    return rewound
+        return
+    for tp, pos, hw in behind:
+        log.warning(
+            "partition log restarted behind the reader; reading it from the start",
+            reader=reader,
+            topic=tp.topic,
+            partition=tp.partition,
+            position=pos,
+            high_watermark=hw,
+        )
+        consumer.seek(tp, 0)
 
 
 class FetchWaitGuard:
@@ -282,13 +288,7 @@ class FetchWaitGuard:
         self._empty = 0
 
     def _lagging(self) -> bool:
-        # highwater() reads the same per-partition state; position is the next offset to fetch.
-        assignment = self.consumer._subscription.subscription.assignment
-        for tp in self.consumer.assignment():
-            st = assignment.state_value(tp)
-            if st.has_valid_position and st.highwater is not None and st.highwater > st.position:
-                return True
-        return False
+        return any(hw is not None and hw > pos for _, pos, hw in _positions(self.consumer))
 
     def observe(self, got_records: bool) -> None:
         try:

@@ -76,12 +76,11 @@ class EmbeddedMilvus:
                 if "bind failed" not in str(exc) or attempt == 4:
                     raise
         self.port = int(cfg.get("proxy_port"))
-        self._embed_etcd_config(int(cfg.get("etcd_port")))
-        self._gc_config()
+        self._patch_config(self._embed_etcd_config(int(cfg.get("etcd_port"))))
         self.metrics_port = free_port(self.host)
         return self.uri
 
-    def _embed_etcd_config(self, client_port: int) -> None:
+    def _embed_etcd_config(self, client_port: int) -> Path:
         """Give the in-process etcd its own loopback peer port (the default 2380 is fixed and shared)."""
         peer = f"http://{self.host}:{free_port(self.host)}"
         client = f"http://{self.host}:{client_port}"
@@ -94,19 +93,19 @@ class EmbeddedMilvus:
             f"listen-client-urls: {client}\n"
             f"advertise-client-urls: {client}\n"
         )
-        milvus_yaml = self.base_dir / "configs" / "milvus.yaml"
-        text = milvus_yaml.read_text()
-        text = text.replace("\netcd:\n", f"\netcd:\n  config:\n    path: {etcd_yaml}\n", 1)
-        text = text.replace("localhost:", f"{self.host}:")
-        milvus_yaml.write_text(text)
+        return etcd_yaml
 
-    def _gc_config(self) -> None:
-        """Let the GC helper run Go's collector less often (MAX_GOGC: the search latency tail)."""
+    def _patch_config(self, etcd_yaml: Path) -> None:
+        """What the package's config writer cannot set, in one rewrite of milvus.yaml: the embedded
+        etcd's own config, loopback everywhere, and the GC helper's target (MAX_GOGC: the search
+        latency tail)."""
         milvus_yaml = self.base_dir / "configs" / "milvus.yaml"
         text = milvus_yaml.read_text()
-        gc = f"\nqueryNode:\n  gchelper:\n    enabled: true\n    maximumGoGC: {MAX_GOGC}\n"
         if "\nqueryNode:\n" not in text or "gchelper" in text:
             raise RuntimeError(f"unexpected Milvus config layout in {milvus_yaml}")
+        text = text.replace("\netcd:\n", f"\netcd:\n  config:\n    path: {etcd_yaml}\n", 1)
+        text = text.replace("localhost:", f"{self.host}:")
+        gc = f"\nqueryNode:\n  gchelper:\n    enabled: true\n    maximumGoGC: {MAX_GOGC}\n"
         milvus_yaml.write_text(text.replace("\nqueryNode:\n", gc, 1))
 
     def start(self, timeout_s: float = 180.0) -> None:

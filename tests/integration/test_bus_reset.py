@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from shared.bus import follow
 from shared.config import Settings
 from shared.embedded.kafka import EmbeddedKafka
+from tests.helpers.kafka import produce
 
 
 async def _topic(bootstrap: str, name: str) -> None:
@@ -20,16 +20,6 @@ async def _topic(bootstrap: str, name: str) -> None:
         await admin.create_topics([NewTopic(name, 1, 1)])
     finally:
         await admin.close()
-
-
-async def _send(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    try:
-        for v in values:
-            await producer.send_and_wait(topic, v)
-    finally:
-        await producer.stop()
 
 
 async def _until(cond, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
@@ -51,7 +41,7 @@ def test_a_reader_reads_a_restarted_brokers_new_log_from_its_start(tmp_path: Pat
 
     async def run() -> None:
         await _topic(kafka.bootstrap, topic)
-        await _send(kafka.bootstrap, topic, [f"old-{i}".encode() for i in range(30)])
+        await produce(kafka.bootstrap, topic, [f"old-{i}".encode() for i in range(30)])
         settings = Settings(kafka_bootstrap=kafka.bootstrap, var_dir=tmp_path / "var")
         stop = asyncio.Event()
         reader = asyncio.create_task(follow(settings, topic, lambda r: seen.append(r.value), stop))
@@ -59,7 +49,7 @@ def test_a_reader_reads_a_restarted_brokers_new_log_from_its_start(tmp_path: Pat
             assert await _until(lambda: len(seen) == 30, 30), seen
             kafka.restart()
             await _topic(kafka.bootstrap, topic)
-            await _send(kafka.bootstrap, topic, [b"new-0", b"new-1", b"new-2"])
+            await produce(kafka.bootstrap, topic, [b"new-0", b"new-1", b"new-2"])
             assert await _until(lambda: len(seen) == 33, 30), seen[30:]
             assert seen[30:] == [b"new-0", b"new-1", b"new-2"]
         finally:
