@@ -1,17 +1,17 @@
 """The exact tier's in-memory front: recent exact entries of this replica, in front of Milvus.
 
-Why: an exact hit is a key lookup, yet asked of Milvus it costs a query round trip (2 ms on an
-idle host, 7-9 ms in the stack where Milvus shares cores with the broker and the services), which
-was a third of a peek-answered hit's end-to-end time. The front holds what this replica wrote back
-and what its exact queries found, so a repeat is answered from memory; anything not here (another
-replica's write-back, an entry from before a restart) is asked of Milvus as before, which stays
-the source of truth.
+Why: an exact hit is a key lookup, yet asked of Milvus it costs a round trip (2 ms on an idle
+host, 7-9 ms in the stack where Milvus shares cores with the broker and the services), which was a
+third of a peek-answered hit's end-to-end time. The front holds what this replica wrote back and
+what its searches found by exact key, so a repeat is answered from memory; anything not here
+(another replica's write-back, an entry from before a restart) is found in Milvus, which stays
+the source of truth (lookup.py: the exact key among the semantic search's candidates).
 
 It never serves what Milvus would not: every read checks expiry and the live model versions as
 the Milvus filter does, and every invalidation (TTL sweep, adapter events, model version change,
 the purge API, a purge made through another replica: `CachePurge` on sy.cache.purges) drops the
 matching entries with the same predicate as the Milvus delete. A fill races an invalidation that
-lands while its Milvus query is out: fills carry the generation they started at and are refused
+lands while its Milvus search is out: fills carry the generation they started at and are refused
 when any invalidation came in between.
 """
 
@@ -38,7 +38,7 @@ class ExactFront:
     def get(
         self, tenant: str, exact: str, versions: Collection[str] = (), at_ms: int | None = None
     ) -> Entry | None:
-        """The entry Milvus' exact query would return (same expiry and model-version rules), or None."""
+        """The entry Milvus would return for this exact key (same expiry and model-version rules), or None."""
         k = (tenant, exact)
         e = self._entries.get(k)
         if e is None:

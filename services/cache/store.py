@@ -26,7 +26,17 @@ from .embed import DIM
 from .keys import CacheKey
 
 SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
-OUT_FIELDS = ["id", "prompt", "response", "request_id", "expires_ms", "adapter", "model", "model_version"]
+OUT_FIELDS = [
+    "id",
+    "prompt",
+    "response",
+    "request_id",
+    "expires_ms",
+    "adapter",
+    "model",
+    "model_version",
+    "exact_key",
+]
 CONSISTENCY = "Eventually"  # lookups and counts: never wait for a time tick
 WRITE_CONSISTENCY = "Session"  # the write path's reads: see this process' own inserts
 
@@ -105,6 +115,7 @@ class Entry:
     model: str = ""
     adapter: str = ""  # name@version, "" for the base model
     model_version: str = ""
+    exact_key: str = ""  # the exact tier's key of the request that wrote it
 
 
 class CacheStore:
@@ -164,19 +175,6 @@ class CacheStore:
         sc = key.scope()
         parts = [f"{f} == {lit(sc[f])}" for f in SCOPE_FIELDS] + [f"expires_ms > {at_ms}"]
         return " and ".join(parts + cls._versions(versions))
-
-    def exact(self, key: CacheKey, at_ms: int | None = None, versions: Sequence[str] = ()) -> Entry | None:
-        """The entry of this exact request; `versions`: only entries of these model versions."""
-        at = now_ms() if at_ms is None else at_ms
-        expr = [f"tenant == {lit(key.tenant)}", f"exact_key == {lit(key.exact)}", f"expires_ms > {at}"]
-        rows = self.client.query(
-            self.collection,
-            filter=" and ".join(expr + self._versions(versions)),
-            output_fields=OUT_FIELDS,
-            limit=1,
-            consistency_level=CONSISTENCY,
-        )
-        return _entry(rows[0], 1.0) if rows else None
 
     def search(
         self,
@@ -285,4 +283,5 @@ def _entry(row: dict[str, object], sim: float) -> Entry:
         model=str(row.get("model", "")),
         adapter=str(row.get("adapter", "")),
         model_version=str(row.get("model_version", "")),
+        exact_key=str(row.get("exact_key", "")),
     )

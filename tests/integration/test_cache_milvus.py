@@ -175,7 +175,8 @@ async def test_ttl_expiry_and_sweep(cache: SemanticCache) -> None:
     assert not (await cache.lookup(req("When does the shop open?"), at_ms=later)).hit
     assert not (await cache.lookup(req("When does the store open?"), at_ms=later)).hit
     assert cache.store.sweep(at_ms=later) >= 1
-    assert cache.store.exact(cache_key(env)) is None
+    vec = cache.embedder.encode_now(["When does the shop open?"])[0]
+    assert cache.store.search(cache_key(env), vec, 5) == []  # gone, not only filtered out
 
 
 async def test_adapter_version_invalidation(cache: SemanticCache) -> None:
@@ -315,51 +316,47 @@ def test_collection_without_model_versions_is_replaced(milvus: EmbeddedMilvus) -
     client.close()
 
 
-async def test_embedding_overlaps_the_exact_query(milvus: EmbeddedMilvus, encode) -> None:  # type: ignore[no-untyped-def]
-    """A lookup that misses the exact tier has its embedding under way before the exact query
-    returns; an exact hit drops the embedding from its timings."""
-    events: list[tuple[str, float]] = []
+async def test_milvus_exact_tier_is_read_from_the_search(cache: SemanticCache) -> None:
+    """Past the in-memory front, one Milvus search serves both tiers: a candidate with this
+    request's exact key is an exact hit (no verifier, into the front), and no exact-key query of
+    its own runs beside the embedding. Same text under another exact key (the last message's
+    `name` differs: outside the scope hashes, inside the exact key) is not an exact hit."""
+    cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
+    await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
+    reads = count_milvus_reads(cache)
+    out = await cache.lookup(req("How do I reset my password?"))
+    assert out.hit and out.tier == "exact" and out.similarity == 1.0 and reads == ["search"]
+    rows = {stage: attrs for stage, *_, attrs in out.timings}
+    assert rows["cache_search"]["exact"] is True and "cache_verify" not in rows
+    assert rows["cache_exact"] == {"front": False}
 
-    def recording_encode(texts):  # type: ignore[no-untyped-def]
-        events.append(("encode", time.perf_counter()))
-        return encode(texts)
+    named = req("How do I reset my password?")
+    named.request.messages[-1].name = "bob"
+    assert cache_key(named).exact != cache_key(req("How do I reset my password?")).exact
+    other = await cache.lookup(named)
+    assert other.hit and other.tier == "semantic"  # identical text: the verifier's to pass
 
-    store = CacheStore(milvus.uri, collection=f"t_cache_{next(_n)}_{int(time.time())}")
-    store.ensure()
-    exact = store.exact
-
-    def slow_exact(*a, **kw):  # type: ignore[no-untyped-def]
-        time.sleep(0.05)  # a slow Milvus: the embedding must not wait for it
-        got = exact(*a, **kw)
-        events.append(("exact", time.perf_counter()))
-        return got
-
-    store.exact = slow_exact  # type: ignore[method-assign]
-    try:
-        c = SemanticCache(store, BatchingEmbedder(recording_encode), CachePolicy(floor=0.8, ttl_s=3600))
-        await stored(c, req("How do I reset my password?"))
-        events.clear()
-        miss = await c.lookup(req("Which plan includes phone support?"))
-        assert not miss.hit and [e for e, _ in events] == ["encode", "exact"], events
-        events.clear()
-        hit = await c.lookup(req("How do I reset my password?"))
-        assert hit.hit and hit.tier == "exact"
-        assert "cache_embed" not in {stage for stage, *_ in hit.timings}
-    finally:
-        store.drop()
-        store.close()
+    cache.front = ExactFront(8)
+    reads.clear()
+    assert (await cache.lookup(req("How do I reset my password?"))).tier == "exact" and reads == ["search"]
+    assert (await cache.lookup(req("How do I reset my password?"))).tier == "exact" and reads == ["search"]
+    assert len(cache.front) == 1  # the search's exact find went to the front
 
 
-def count_exact_queries(cache: SemanticCache) -> list[str]:
-    """Records "exact" for every exact-key query the cache sends Milvus."""
+def count_milvus_reads(cache: SemanticCache) -> list[str]:
+    """Records "search" / "query" for every read the cache sends Milvus."""
     calls: list[str] = []
-    exact = cache.store.exact
+    client = cache.store.client
+    search, query = client.search, client.query
 
-    def counting_exact(*a, **kw):  # type: ignore[no-untyped-def]
-        calls.append("exact")
-        return exact(*a, **kw)
+    def counting(name, call):  # type: ignore[no-untyped-def]
+        def wrapped(*a, **kw):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            return call(*a, **kw)
 
-    cache.store.exact = counting_exact  # type: ignore[method-assign]
+        return wrapped
+
+    client.search, client.query = counting("search", search), counting("query", query)  # type: ignore[method-assign]
     return calls
 
 
@@ -370,17 +367,10 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
     is looked up anew. Each request counts once in the stats."""
     cache.front = ExactFront(0)  # Milvus' exact tier, not the in-memory front
     await stored(cache, req("How do I reset my password?"), "Settings > Security > Reset.")
-    calls = count_exact_queries(cache)
-    search = cache.store.search
-
-    def counting_search(*a, **kw):  # type: ignore[no-untyped-def]
-        calls.append("search")
-        return search(*a, **kw)
-
-    cache.store.search = counting_search  # type: ignore[method-assign]
-    assert (await cache.peek(req("How do I reset my password?", rid="p-1"))).hit and calls == ["exact"]
+    calls = count_milvus_reads(cache)
+    assert (await cache.peek(req("How do I reset my password?", rid="p-1"))).hit and calls == ["search"]
     out = await cache.lookup(req("How do I reset my password?", rid="p-1"))
-    assert out.hit and out.tier == "exact" and calls == ["exact"]  # not asked again
+    assert out.hit and out.tier == "exact" and calls == ["search"]  # not asked again
     assert out.entry is not None and out.entry.prompt == "How do I reset my password?"
     assert [(s, a) for s, *_, a in out.timings] == [("cache_from_peek", {"tier": "exact"})]
 
@@ -391,21 +381,21 @@ async def test_the_pipeline_lookup_reuses_what_the_peek_found(cache: SemanticCac
     await asyncio.sleep(0)  # the peek has started
     out = await cache.lookup(req("How can I reset my password?", rid="p-2"))
     assert out.hit and out.tier == "semantic" and (await peek).tier == "semantic"
-    assert calls == ["exact", "search"]
+    assert calls == ["search"]
 
     # A miss: the stage goes on with the peek's finding (and its reason), without a lookup.
     calls.clear()
     assert not (await cache.peek(req("Which plan includes phone support?", rid="p-4"))).hit
     out = await cache.lookup(req("Which plan includes phone support?", rid="p-4"))
-    assert not out.hit and calls == ["exact", "search"]
+    assert not out.hit and calls == ["search"]
     assert [(s, a) for s, *_, a in out.timings] == [("cache_from_peek", {"reason": out.reason})]
 
     calls.clear()
     assert (await cache.lookup(req("How do I reset my password?", rid="p-1"))).hit  # remembered once
-    assert calls == ["exact"]
+    assert calls == ["search"]
     await cache.peek(req("How do I reset my password?", rid="p-3"))
     assert (await cache.lookup(req("Which plan includes phone support?", rid="p-3"))).hit is False
-    assert calls == ["exact", "exact", "exact", "search"]  # same id, other content: looked up anew
+    assert calls == ["search"] * 3  # same id, other content: looked up anew
     s = cache.stats
     assert (s.peeks, s.peek_hits) == (4, 3)
     # 4 peeks + 2 lookups of their own; the stage's reuse of a peek is not counted again.
@@ -450,8 +440,8 @@ async def test_the_front_answers_repeats_from_memory_and_never_what_milvus_would
     another replica wrote is found in Milvus once, then from memory. Expiry, a model version no
     longer live, an adapter version deleted and a purge (this replica's, with Milvus; another's,
     front only) each stop the front from serving it, exactly where Milvus would stop."""
-    calls = count_exact_queries(cache)
     await stored_v(cache, req("How do I reset my password?"), "v1")
+    calls = count_milvus_reads(cache)  # the lookups' reads (a write-back reads too)
     out = await cache.lookup(req("How do I reset my password?"))
     assert out.hit and out.tier == "exact" and calls == []
     assert out.entry is not None and Response.FromString(out.entry.response).choices[0].text == "the answer"
@@ -462,8 +452,9 @@ async def test_the_front_answers_repeats_from_memory_and_never_what_milvus_would
     # Written by another replica (a cache of its own on the same collection): Milvus once.
     other = SemanticCache(cache.store, cache.embedder, cache.policy)
     await stored_v(other, req("Which plan includes phone support?"), "v1")
-    assert (await cache.lookup(req("Which plan includes phone support?"))).hit and calls == ["exact"]
-    assert (await cache.peek(req("Which plan includes phone support?"))).hit and calls == ["exact"]
+    calls.clear()
+    assert (await cache.lookup(req("Which plan includes phone support?"))).hit and calls == ["search"]
+    assert (await cache.peek(req("Which plan includes phone support?"))).hit and calls == ["search"]
 
     # Expiry: the front checks it as the Milvus filter does.
     later = now_ms() + 3_600_000 + 1
