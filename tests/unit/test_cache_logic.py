@@ -252,3 +252,37 @@ async def test_the_embedder_runs_on_its_own_cores_and_reuses_recent_vectors() ->
     await e.embed("c")
     await e.embed("a")  # pushed out by b and c
     assert [t for t, _ in seen] == [["a"], ["b"], ["c"], ["a"]]
+
+
+async def test_the_embedder_batches_without_a_window_and_never_holds_a_lone_prompt() -> None:
+    """By default no batch waits for company (a sequential lookup paid the window in full): the
+    prompts that arrive together, or while a batch is being computed, form the next batch."""
+    import asyncio
+    import threading
+
+    import numpy as np
+
+    from services.cache.embed import BatchingEmbedder
+    from shared.config import Settings
+
+    assert Settings().cache_embed_window_ms == 0
+    batches: list[list[str]] = []
+    release = threading.Event()
+
+    def encode(texts):  # type: ignore[no-untyped-def]
+        batches.append(list(texts))
+        if texts[0] == "slow":
+            release.wait(5)
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    e = BatchingEmbedder(encode, recent=0)
+    assert e.window_s == 0
+    await asyncio.gather(*(e.embed(f"q{i}") for i in range(5)))
+    assert batches == [[f"q{i}" for i in range(5)]]
+    slow = asyncio.ensure_future(e.embed("slow"))
+    await asyncio.sleep(0.05)  # "slow" is being computed: these queue behind it
+    later = [asyncio.ensure_future(e.embed(t)) for t in ("x", "y")]
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.gather(slow, *later)
+    assert batches[1:] == [["slow"], ["x", "y"]]
