@@ -132,6 +132,30 @@ async def workload(
     return out
 
 
+async def after_idle(base_url: str, api_key: str, probes: int = 3) -> dict[str, Any]:
+    """TTFT of single requests each sent after an idle spell longer than SY_KAFKA_IDLE_AFTER_S:
+    what the readers' idle fetch wait costs the first request (README: idle readers)."""
+    from shared.config import Settings
+
+    from .stack import overrides
+
+    default = Settings.model_fields["kafka_idle_after_s"].default
+    idle_s = float(overrides().get("SY_KAFKA_IDLE_AFTER_S", default)) + 2
+    client = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=300)
+    ttfts = []
+    for p in prompts(probes):
+        await asyncio.sleep(idle_s)
+        r = await one(client, p)
+        if r["ttft_s"] is not None:
+            ttfts.append(round(r["ttft_s"] * 1000, 2))
+    await client.aclose()
+    return {
+        "idle_s": idle_s,
+        "ttft_ms": ttfts,
+        "ttft_p50_ms": round(statistics.median(ttfts), 2) if ttfts else None,
+    }
+
+
 def wait_http(url: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -258,6 +282,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     proc, url = start_pipeline(model_dir, var_dir)
     try:
         ours = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
+        idle_probe = await after_idle(url, "sk-switchyard-local", 2 if quick else 3)
     finally:
         stop_stack(proc)
 
@@ -317,6 +342,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "asyncllm_in_process": direct,
         "vllm_openai_server": engine,
         "switchyard": ours,
+        "switchyard_after_idle": idle_probe,
         "switchyard_serving_path_only": {"services": SERVING_PATH, "levels": path_only},
         "switchyard_service_cpus_off": unpinned,
         "switchyard_engine_cpus_shared": shared_cores,

@@ -29,6 +29,13 @@ def models_dir() -> Path:
     return Path(os.environ.get("SY_MODELS_DIR") or ROOT / "var" / "models")
 
 
+def overrides() -> dict[str, str]:
+    """LOADTESTS_STACK_ENV="SY_A=1 SY_B=2": settings for every stack a scenario starts (an A/B
+    of one setting); the shell's own SY_* are not passed on, so a stray export changes nothing."""
+    pairs = (item.partition("=") for item in os.environ.get("LOADTESTS_STACK_ENV", "").split())
+    return {k: v for k, sep, v in pairs if sep and k.startswith("SY_")}
+
+
 def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
@@ -39,6 +46,7 @@ def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str
         SY_VLLM_ENABLE_LORA="false",
         PYTHONUNBUFFERED="1",
     )
+    env.update(overrides())
     env.update(extra_env)
     return env
 

@@ -273,28 +273,74 @@ def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> None:
 
 
 class FetchWaitGuard:
-    """Raise a consumer's fetch wait when fetches come back empty although records are waiting.
+    """Set a consumer's fetch wait from what its fetches find.
 
-    The embedded broker's fetch time grows with the batches a partition holds; past a point a
-    short wait returns nothing at all and the consumer would stall. After ~20 empty polls with
-    records waiting the wait doubles (up to 500 ms): latency traded for progress, logged.
+    Idle: after `idle_after_s` without a record the wait rises to `idle_wait_ms`, and the first
+    record (or `wake()`) sets it back. On the embedded broker every held fetch costs polls of its
+    storage: a stack at rest took ~2/3 of a core with every reader at 5 ms, mostly readers whose
+    topic carries nothing in that deployment (an idle pool, rollouts, raw producers). The price
+    is the first record after an idle spell, which waits for the long fetch in flight (on
+    average a sixth of it on Tansu, which polls after half the remaining wait); Apache Kafka
+    answers a fetch as soon as a record arrives, so there it costs nothing.
+
+    Lagging: the embedded broker's fetch time grows with the batches a partition holds; past a
+    point a short wait returns nothing at all and the consumer would stall. After ~20 empty polls
+    with records waiting the wait doubles (up to 500 ms): latency traded for progress, logged.
     Apache Kafka never gets here.
     """
 
     def __init__(
-        self, consumer: AIOKafkaConsumer, stage: str, polls: int = 20, ceiling_ms: int = 500
+        self,
+        consumer: AIOKafkaConsumer,
+        stage: str,
+        polls: int = 20,
+        ceiling_ms: int = 500,
+        idle_after_s: float = 0.0,
+        idle_wait_ms: int = 0,
     ) -> None:
         self.consumer, self.stage, self.polls, self.ceiling_ms = consumer, stage, polls, ceiling_ms
+        self.idle_after_s, self.idle_wait_ms = idle_after_s, idle_wait_ms
         self._empty = 0
+        self._last_records = time.monotonic()
+        self._active_ms: int | None = None  # the wait before an idle spell raised it
+
+    @classmethod
+    def from_settings(cls, consumer: AIOKafkaConsumer, stage: str, settings: Settings) -> FetchWaitGuard:
+        """A guard with the idle back-off of SY_KAFKA_IDLE_AFTER_S / SY_KAFKA_IDLE_FETCH_WAIT_MS."""
+        return cls(
+            consumer,
+            stage,
+            idle_after_s=settings.kafka_idle_after_s,
+            idle_wait_ms=settings.kafka_idle_fetch_wait_ms,
+        )
+
+    @property
+    def idle(self) -> bool:
+        return self._active_ms is not None
 
     def _lagging(self) -> bool:
         return any(hw is not None and hw > pos for _, pos, hw in _positions(self.consumer))
 
+    def wake(self) -> None:
+        """Records are expected soon (this process just sent what will answer): short waits again."""
+        self._last_records = time.monotonic()
+        if self._active_ms is not None:
+            try:
+                self.consumer._fetcher._fetch_max_wait_ms = self._active_ms
+            except AttributeError:
+                pass
+            self._active_ms = None
+
     def observe(self, got_records: bool) -> None:
+        if got_records:
+            self.wake()
         try:
             if got_records or not self._lagging():
                 self._empty = 0
+                if not got_records:
+                    self._maybe_idle()
                 return
+            self.wake()  # records wait: not idle
             fetcher = self.consumer._fetcher
             current = int(fetcher._fetch_max_wait_ms)
         except (AttributeError, TypeError):  # an aiokafka without these internals: no guard
@@ -308,6 +354,18 @@ class FetchWaitGuard:
                 stage=self.stage,
                 fetch_max_wait_ms=fetcher._fetch_max_wait_ms,
             )
+
+    def _maybe_idle(self) -> None:
+        if self._active_ms is not None or self.idle_wait_ms <= 0 or self.idle_after_s <= 0:
+            return
+        if time.monotonic() - self._last_records < self.idle_after_s:
+            return
+        fetcher = self.consumer._fetcher
+        current = int(fetcher._fetch_max_wait_ms)
+        if current >= self.idle_wait_ms:
+            return
+        self._active_ms = current
+        fetcher._fetch_max_wait_ms = self.idle_wait_ms
 
 
 class StageConsumer:
@@ -357,7 +415,7 @@ class StageConsumer:
             fetch_max_bytes=settings.kafka_max_request_bytes * 4,
             max_poll_interval_ms=300000,
         )
-        self._fetch_guard = FetchWaitGuard(self.consumer, stage)
+        self._fetch_guard = FetchWaitGuard.from_settings(self.consumer, stage, settings)
         self.started = False
 
     # ------------------------------------------------------------------ lifecycle

@@ -113,6 +113,17 @@ class Settings(BaseSettings):
     kafka_fetch_max_wait_ms: int = Field(
         default=5, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
+    kafka_idle_after_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A reader without records this long fetches with SY_KAFKA_IDLE_FETCH_WAIT_MS (0: never)",
+    )
+    kafka_idle_fetch_wait_ms: int = Field(
+        default=50,
+        ge=0,
+        le=5000,
+        description="Fetch wait of an idle reader: less broker polling at rest, the first record after waits longer",
+    )
     kafka_session_timeout_ms: int = Field(
         default=6000,
         ge=1000,

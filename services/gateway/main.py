@@ -32,11 +32,14 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     requests_topic = settings.topic("requests")
     responses_topic, stream_topic = settings.topic("responses"), settings.topic("stream")
     reader_ready = asyncio.Event()
+    reply_guard: list[FetchWaitGuard] = []  # the reply reader's, once it runs
 
     async def submit(env: Envelope, topic: str | None = None) -> None:
         """To sy.requests, or to `topic` when the gateway prepared the request itself."""
         rec: OutRecord = out_record(Emit(topic or requests_topic, env))
         await producer.send(rec)
+        for guard in reply_guard:
+            guard.wake()  # an answer is coming: no idle fetch wait on the reply reader
 
     async def read_replies(stop: asyncio.Event) -> None:
         consumer = AIOKafkaConsumer(
@@ -72,7 +75,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 else:
                     await consumer.seek_to_end(tp)
             reader_ready.set()
-            guard = FetchWaitGuard(consumer, "gateway")
+            guard = FetchWaitGuard.from_settings(consumer, "gateway", settings)
+            reply_guard[:] = [guard]
             last_save = last_expire = time.monotonic()
             while not stop.is_set():
                 batch = await consumer.getmany(timeout_ms=100)

@@ -429,7 +429,7 @@ async def follow_rewards(settings: Settings, store: RolloutStore, stop: asyncio.
     try:
         while not stop.is_set():
             try:
-                await _read_rewards(consumer, topic, store, stop)
+                await _read_rewards(consumer, topic, store, stop, settings)
             except Exception as exc:  # noqa: BLE001 - a broker hiccup must not stop the gateway
                 log.warning("rewards reader failed; rereading the topic", error=repr(exc))
                 await asyncio.sleep(1.0)
@@ -438,7 +438,7 @@ async def follow_rewards(settings: Settings, store: RolloutStore, stop: asyncio.
 
 
 async def _read_rewards(
-    consumer: AIOKafkaConsumer, topic: str, store: RolloutStore, stop: asyncio.Event
+    consumer: AIOKafkaConsumer, topic: str, store: RolloutStore, stop: asyncio.Event, settings: Settings
 ) -> None:
     parts: set[int] = set()
     while not parts and not stop.is_set():
@@ -449,7 +449,7 @@ async def _read_rewards(
     tps = [TopicPartition(topic, p) for p in sorted(parts)]
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
-    guard = FetchWaitGuard(consumer, "gateway-rewards")
+    guard = FetchWaitGuard.from_settings(consumer, "gateway-rewards", settings)
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=100)
         guard.observe(bool(batch))

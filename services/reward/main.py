@@ -17,6 +17,7 @@ from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.bus import (
     CONTENT_TYPE_HEADER,
+    FetchWaitGuard,
     OutRecord,
     Producer,
     StageConsumer,
@@ -67,8 +68,10 @@ async def follow_rewards(
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         t0, empty = time.monotonic(), 0
+        guard = FetchWaitGuard.from_settings(consumer, "reward-follow", settings)
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=100)
+            guard.observe(bool(batch))
             rewind_reset_logs(consumer, "reward-follow")
             for records in batch.values():
                 for rec in records:

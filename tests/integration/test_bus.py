@@ -124,3 +124,31 @@ async def test_stop_drains_in_flight_records_and_commits(broker, topics) -> None
     await producer2.stop()
     assert set(seen) | finished == {f"v{i}".encode() for i in range(12)}
     assert not set(seen) & finished, "drained records were redelivered: commit after drain missing"
+
+
+async def test_an_idle_stage_polls_less_and_still_takes_the_next_record(broker, topics) -> None:
+    """SY_KAFKA_IDLE_*: on aiokafka's real fetcher the wait rises while idle and drops with a record."""
+    s = _settings(broker, topics, kafka_idle_after_s=0.3, kafka_idle_fetch_wait_ms=200)
+    got: list[bytes] = []
+
+    async def record(rec: ConsumerRecord) -> list[OutRecord]:
+        got.append(rec.value)
+        return []
+
+    consumer, task, producer = await _run(s, record)
+    fetcher = consumer.consumer._fetcher
+    for _ in range(100):
+        if fetcher._fetch_max_wait_ms == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert fetcher._fetch_max_wait_ms == 200, "an idle stage kept polling at the short wait"
+    await produce(broker.bootstrap, s.topic("requests"), [b"after-idle"])
+    for _ in range(100):
+        if got:
+            break
+        await asyncio.sleep(0.05)
+    assert got == [b"after-idle"]
+    assert fetcher._fetch_max_wait_ms == s.kafka_fetch_max_wait_ms, "the wait stayed long after a record"
+    await consumer.stop()
+    await task
+    await producer.stop()

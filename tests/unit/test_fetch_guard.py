@@ -47,3 +47,55 @@ def test_idle_or_progressing_consumers_keep_their_wait() -> None:
     g = FetchWaitGuard(unknown, "s", polls=1)  # type: ignore[arg-type]
     g.observe(False)
     assert unknown._fetcher._fetch_max_wait_ms == 5
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_an_idle_reader_fetches_with_the_idle_wait_until_a_record_or_a_wake(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr("shared.bus.time.monotonic", clock)
+    c = FakeConsumer(position=100, highwater=100)  # caught up
+    g = FetchWaitGuard(c, "s", idle_after_s=5, idle_wait_ms=50)  # type: ignore[arg-type]
+    for _ in range(4):
+        clock.t += 1
+        g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 5 and not g.idle  # 4 s without records: not yet
+    clock.t += 1.5
+    g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 50 and g.idle
+    g.observe(True)  # the first record sets the short wait back
+    assert c._fetcher._fetch_max_wait_ms == 5 and not g.idle
+    clock.t += 4
+    g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 5, "the idle clock restarts at the last record"
+    clock.t += 2
+    g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 50
+    g.wake()  # this process just sent what will be answered
+    assert c._fetcher._fetch_max_wait_ms == 5 and not g.idle
+
+
+def test_the_idle_wait_never_lowers_a_wait_nor_applies_when_off_or_lagging(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr("shared.bus.time.monotonic", clock)
+    off_path = FakeConsumer(position=1, highwater=1, wait_ms=200)
+    g = FetchWaitGuard(off_path, "s", idle_after_s=1, idle_wait_ms=50)  # type: ignore[arg-type]
+    clock.t += 10
+    g.observe(False)
+    assert off_path._fetcher._fetch_max_wait_ms == 200 and not g.idle
+    disabled = FakeConsumer(position=1, highwater=1)
+    g = FetchWaitGuard(disabled, "s", idle_after_s=0, idle_wait_ms=50)  # type: ignore[arg-type]
+    clock.t += 10
+    g.observe(False)
+    assert disabled._fetcher._fetch_max_wait_ms == 5
+    lagging = FakeConsumer(position=1, highwater=900)  # records wait: empty fetches are not idleness
+    g = FetchWaitGuard(lagging, "s", polls=1000, idle_after_s=1, idle_wait_ms=50)  # type: ignore[arg-type]
+    clock.t += 10
+    g.observe(False)
+    assert lagging._fetcher._fetch_max_wait_ms == 5 and not g.idle

@@ -39,3 +39,13 @@ def test_the_rollouts_baseline_is_the_engines_best_run_over_both_cpu_executors()
     assert both["samples_per_s"] == 83.4 and both["executor"] == "uni"
     assert both["best_by_executor"] == {"mp": 61.0, "uni": 83.4}
     assert len(both["runs_samples_per_s"]) == 7
+
+
+def test_loadtests_stack_env_reaches_every_stack_and_the_shells_settings_do_not(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("SY_KAFKA_IDLE_AFTER_S", "9")  # a stray export: not passed on
+    monkeypatch.setenv("LOADTESTS_STACK_ENV", "SY_KAFKA_IDLE_AFTER_S=0 SY_STREAM_FLUSH_MS=5 NOT_OURS=1 junk")
+    env = stack_env(tmp_path / "m", tmp_path)
+    assert env["SY_KAFKA_IDLE_AFTER_S"] == "0" and env["SY_STREAM_FLUSH_MS"] == "5"
+    assert "NOT_OURS" not in env  # only settings go through
