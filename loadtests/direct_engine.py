@@ -1,7 +1,9 @@
 """The pipeline-vs-engine workload against vLLM's AsyncLLM in-process: the floor Switchyard adds to.
 
-Run as `python -m loadtests.direct_engine MODEL_DIR LEVELS_JSON MAX_TOKENS [auto|uni|mp]` (a subprocess, so its engine
-is gone before the pipeline starts); prints `RESULT <json>`: one workload summary per level.
+Run as `python -m loadtests.direct_engine MODEL_DIR LEVELS_JSON MAX_TOKENS [auto|uni|mp] [all|switchyard]` (a
+subprocess, so its engine is gone before the pipeline starts); prints `RESULT <json>`: one workload summary per
+level. Placement `switchyard`: the engine process on the cores `switchyard up` gives the engine, the front end on
+the services' cores, as in the vLLM worker (loadtests.rollouts does the same).
 The engine is built by the worker's own `engine_args`, so the flags are the worker's.
 """
 
@@ -15,20 +17,27 @@ from typing import Any
 
 
 async def main(
-    model_dir: str, levels: list[list[int]], max_tokens: int, executor: str = "auto"
+    model_dir: str, levels: list[list[int]], max_tokens: int, executor: str = "auto", placement: str = "all"
 ) -> list[dict[str, Any]]:
     from loadtests.pipeline import pct, prompts
+    from loadtests.stack import switchyard_placement
     from services.vllm_worker.engine import engine_args, engine_environment
     from shared.config import load_settings
+    from shared.cpus import pin_process
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
-    engine_environment(settings)
+    cores = switchyard_placement() if placement == "switchyard" else None
+    if cores is not None:
+        pin_process(cores[0])  # the engine process forked below keeps these
+    engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
     llm = AsyncLLM.from_engine_args(engine_args(settings))
+    if cores is not None:
+        pin_process(cores[1])
     tok = llm.get_tokenizer()
     params = SamplingParams(
         temperature=0, max_tokens=max_tokens, min_tokens=max_tokens, output_kind=RequestOutputKind.DELTA
@@ -81,5 +90,5 @@ async def main(
 
 
 if __name__ == "__main__":
-    out = asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:5]))
+    out = asyncio.run(main(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:6]))
     print("RESULT " + json.dumps(out), flush=True)

@@ -5,7 +5,10 @@ crosses, then (e) the whole stack with SY_SERVICE_CPUS=off — one after the oth
 with the worker's engine flags (LoRA off on every side: the lora-scaling scenario measures LoRA).
 
 Reports tokens/s and their ratio, TTFT p50/p99, the TTFT Switchyard adds over the in-process
-engine, and each Kafka hop's share (from the per-request breakdown in the final chunk).
+engine, and each Kafka hop's share (from the per-request breakdown in the final chunk). Two more
+baselines tell costs apart: AsyncLLM on the cores `switchyard up` gives the engine (its front end on
+the services' core, as in the worker), and the TTFT of single requests sent after the stack has
+sat idle (the readers' idle fetch wait). LOADTESTS_STACK_ENV sets a setting in every stack (A/Bs).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import httpx
 from shared.embedded.procs import free_port, stop_process
 from shared.models import tasks
 
-from .stack import baseline_executors, gateway_url, run_result, start_stack, stop_stack
+from .stack import baseline_executors, gateway_url, run_result, start_stack, stop_stack, switchyard_placement
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -236,10 +239,10 @@ def start_pipeline(
 
 
 def run_direct_engine(
-    model_dir: Path, levels: list[tuple[int, int]], executor: str = "auto"
+    model_dir: Path, levels: list[tuple[int, int]], executor: str = "auto", placement: str = "all"
 ) -> list[dict[str, Any]]:
     return run_result(  # type: ignore[no-any-return]
-        "loadtests.direct_engine", str(model_dir), json.dumps(levels), str(MAX_TOKENS), executor
+        "loadtests.direct_engine", str(model_dir), json.dumps(levels), str(MAX_TOKENS), executor, placement
     )
 
 
@@ -272,6 +275,11 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     levels = [(1, n1), (8, n8)]
 
     direct = run_direct_best(model_dir, levels)
+    # The engine on the cores `switchyard up` leaves it, its front end on the services' core, as in
+    # the vLLM worker: tells what the pipeline costs from what the core split costs.
+    same_cores = (
+        run_direct_engine(model_dir, levels, "auto", "switchyard") if switchyard_placement() else None
+    )
 
     proc, url = start_vllm_server(model_dir, var_dir)
     try:
@@ -321,6 +329,14 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "added_ttft_p99_ms_vs_asyncllm": round(s["ttft_p99_ms"] - d["ttft_p99_ms"], 2),
             "added_ttft_p50_ms_vs_openai_server": round(s["ttft_p50_ms"] - e["ttft_p50_ms"], 2),
         }
+        if same_cores:
+            same = next(r for r in same_cores if r["concurrency"] == e["concurrency"])
+            row["tokens_per_s_ratio_vs_asyncllm_on_the_same_cores"] = round(
+                s["tokens_per_s"] / same["tokens_per_s"], 3
+            )
+            row["added_ttft_p50_ms_vs_asyncllm_on_the_same_cores"] = round(
+                s["ttft_p50_ms"] - same["ttft_p50_ms"], 2
+            )
         bd = s.get("breakdown_p50_ms", {})
         overhead = sum(v for k, v in bd.items() if k != "vllm_worker")  # everything but the engine's own work
         if overhead:
@@ -340,6 +356,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "scenario": "pipeline-vs-engine",
         "workload": {"max_tokens": MAX_TOKENS, "min_tokens": MAX_TOKENS, "temperature": 0, "stream": True},
         "asyncllm_in_process": direct,
+        "asyncllm_on_switchyards_engine_cores": same_cores,
         "vllm_openai_server": engine,
         "switchyard": ours,
         "switchyard_after_idle": idle_probe,

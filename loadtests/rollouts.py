@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
-from loadtests.stack import baseline_executors, models_dir, run_result
+from loadtests.stack import baseline_executors, models_dir, run_result, switchyard_placement
 from shared.models import tasks
 
 MAX_TOKENS = 32
@@ -124,16 +124,6 @@ async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- (a) vs the engine
-def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
-    """(engine cores, services' cores) as `switchyard up` places them on this host by default
-    (SY_SERVICE_CPUS=auto, SY_ENGINE_CPUS=own), or None where it pins nothing (GPU, one core)."""
-    from shared.cpus import engine_cpus, service_cpus
-
-    every = frozenset(os.sched_getaffinity(0))
-    services = service_cpus("auto", every)
-    return None if services is None else (engine_cpus("own", every, services), services)
-
-
 async def direct_main(
     model_dir: str, ks: tuple[int, ...], n: int, placement: str = "all", executor: str = "auto"
 ) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,16 @@ from shared.embedded.procs import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(engine cores, services' cores) as `switchyard up` places them on this host by default
+    (SY_SERVICE_CPUS=auto, SY_ENGINE_CPUS=own), or None where it pins nothing (GPU, one core)."""
+    from shared.cpus import engine_cpus, service_cpus
+
+    every = frozenset(os.sched_getaffinity(0))
+    services = service_cpus("auto", every)
+    return None if services is None else (engine_cpus("own", every, services), services)
+
+
 def models_dir() -> Path:
     """Where the benchmarks find (or build) the local models: SY_MODELS_DIR, as the services read
     it, else var/models (what `switchyard models build` fills)."""
