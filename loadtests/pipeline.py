@@ -290,7 +290,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     proc, url = start_pipeline(model_dir, var_dir)
     try:
         ours = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
-        idle_probe = await after_idle(url, "sk-switchyard-local", 2 if quick else 3)
+        idle_probe = await after_idle(url, "sk-switchyard-local", 1 if quick else 2)
     finally:
         stop_stack(proc)
 

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
         default=5, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
     kafka_idle_after_s: float = Field(
-        default=5.0,
+        default=30.0,
         ge=0,
         description="A reader without records this long fetches with SY_KAFKA_IDLE_FETCH_WAIT_MS (0: never)",
     )
