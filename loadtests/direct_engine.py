@@ -20,24 +20,15 @@ async def main(
     model_dir: str, levels: list[list[int]], max_tokens: int, executor: str = "auto", placement: str = "all"
 ) -> list[dict[str, Any]]:
     from loadtests.pipeline import pct, prompts
-    from loadtests.stack import switchyard_placement
-    from services.vllm_worker.engine import engine_args, engine_environment
+    from loadtests.stack import placed_asyncllm
     from shared.config import load_settings
-    from shared.cpus import pin_process
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
-    cores = switchyard_placement() if placement == "switchyard" else None
-    if cores is not None:
-        pin_process(cores[0])  # the engine process forked below keeps these
-    engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
+    llm = placed_asyncllm(settings, placement)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    llm = AsyncLLM.from_engine_args(engine_args(settings))
-    if cores is not None:
-        pin_process(cores[1])
     tok = llm.get_tokenizer()
     params = SamplingParams(
         temperature=0, max_tokens=max_tokens, min_tokens=max_tokens, output_kind=RequestOutputKind.DELTA

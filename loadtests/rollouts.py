@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
-from loadtests.stack import baseline_executors, models_dir, run_result, switchyard_placement
+from loadtests.stack import baseline_executors, models_dir, placed_asyncllm, run_result, switchyard_placement
 from shared.models import tasks
 
 MAX_TOKENS = 32
@@ -134,24 +134,15 @@ async def direct_main(
     front end on the services' cores, as in the vLLM worker — what the engine does with the
     cores Switchyard leaves it, to tell the pipeline's cost from the cores' cost. `executor`:
     SY_VLLM_CPU_EXECUTOR for this engine (`auto` as the worker chooses)."""
-    from services.vllm_worker.engine import engine_args, engine_environment
     from shared.config import load_settings
-    from shared.cpus import pin_process
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
-    cores = switchyard_placement() if placement == "switchyard" else None
-    if cores is not None:
-        pin_process(cores[0])  # the engine process forked below keeps these
-    engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
+    llm = placed_asyncllm(settings, placement)
     ran_with = {"0": "uni", "1": "mp"}.get(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", ""), "auto")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    llm = AsyncLLM.from_engine_args(engine_args(settings))
-    if cores is not None:
-        pin_process(cores[1])
     tok = llm.get_tokenizer()
     params = SamplingParams(
         n=n,

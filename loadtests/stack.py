@@ -33,6 +33,25 @@ def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
     return None if services is None else (engine_cpus("own", every, services), services)
 
 
+def placed_asyncllm(settings: Any, placement: str) -> Any:
+    """vLLM's AsyncLLM built from the worker's `engine_args`. Placement `switchyard`: its engine
+    process on the cores `switchyard up` gives the engine and this process (the front end) on the
+    services' cores, as in the vLLM worker; `all`: every core."""
+    from services.vllm_worker.engine import engine_args, engine_environment
+    from shared.cpus import pin_process
+
+    cores = switchyard_placement() if placement == "switchyard" else None
+    if cores is not None:
+        pin_process(cores[0])  # the engine process forked below keeps these
+    engine_environment(settings)  # after the pin: the executor follows the engine's cores, as in the worker
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    llm = AsyncLLM.from_engine_args(engine_args(settings))
+    if cores is not None:
+        pin_process(cores[1])
+    return llm
+
+
 def models_dir() -> Path:
     """Where the benchmarks find (or build) the local models: SY_MODELS_DIR, as the services read
     it, else var/models (what `switchyard models build` fills)."""
