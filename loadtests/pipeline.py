@@ -9,6 +9,7 @@ engine, and each Kafka hop's share (from the per-request breakdown in the final 
 baselines tell costs apart: AsyncLLM on the cores `switchyard up` gives the engine (its front end on
 the services' core, as in the worker), and the TTFT of single requests sent after the stack has
 sat idle (the readers' idle fetch wait). LOADTESTS_STACK_ENV sets a setting in every stack (A/Bs).
+Requests to a pinned stack are sent from the services' cores, as the in-process baseline's are.
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ import httpx
 from shared.embedded.procs import free_port, stop_process
 from shared.models import tasks
 
-from .stack import baseline_executors, gateway_url, run_result, start_stack, stop_stack, switchyard_placement
+from .stack import (
+    baseline_executors,
+    client_on_services_cores,
+    gateway_url,
+    run_result,
+    start_stack,
+    stop_stack,
+    switchyard_placement,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -289,8 +298,9 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
 
     proc, url = start_pipeline(model_dir, var_dir)
     try:
-        ours = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
-        idle_probe = await after_idle(url, "sk-switchyard-local", 1 if quick else 2)
+        with client_on_services_cores():
+            ours = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
+            idle_probe = await after_idle(url, "sk-switchyard-local", 1 if quick else 2)
     finally:
         stop_stack(proc)
 
@@ -299,7 +309,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     # polls the broker on the engine's two cores (README: where the CPU goes).
     proc, url = start_pipeline(model_dir, var_dir, services=SERVING_PATH)
     try:
-        path_only = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
+        with client_on_services_cores():
+            path_only = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
     finally:
         stop_stack(proc)
 
@@ -315,7 +326,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     # giving the engine cores of its own (the default) is worth.
     proc, url = start_pipeline(model_dir, var_dir, SY_ENGINE_CPUS="shared")
     try:
-        shared_cores = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
+        with client_on_services_cores():
+            shared_cores = [await workload(url, "sk-switchyard-local", c, n) for c, n in levels]
     finally:
         stop_stack(proc)
 

@@ -49,3 +49,18 @@ def test_loadtests_stack_env_reaches_every_stack_and_the_shells_settings_do_not(
     env = stack_env(tmp_path / "m", tmp_path)
     assert env["SY_KAFKA_IDLE_AFTER_S"] == "0" and env["SY_STREAM_FLUSH_MS"] == "5"
     assert "NOT_OURS" not in env  # only settings go through
+
+
+def test_the_pipeline_client_runs_on_the_services_cores_and_gives_them_back() -> None:
+    """The load generator must not take turns with the engine on its core (the in-process
+    baseline's requests come from the services' cores), and a stack started after the workload
+    must see every core again."""
+    import os
+
+    from loadtests.stack import client_on_services_cores, switchyard_placement
+
+    before = os.sched_getaffinity(0)
+    placement = switchyard_placement()
+    with client_on_services_cores():
+        assert os.sched_getaffinity(0) == (set(placement[1]) if placement else before)
+    assert os.sched_getaffinity(0) == before
