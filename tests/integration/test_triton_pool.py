@@ -196,13 +196,16 @@ async def test_triton_pool_serves_n_choices_and_logprobs_like_the_vllm_pool(brok
     greedy = dict(max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=2)
     reqs = [
         # A prompt unlike any training task, so the next token is not nearly certain: the model
-        # copies "abcdefgh" the same way at temperature 1 under any seed.
+        # copies "abcdefgh" the same way at temperature 1 under any seed. Ten tokens each (no
+        # early end): a model build that answers "1" and stops with high odds once gave three
+        # equal one-token answers.
         chat(
             "lp-n",
             model="sy-tiny-bf16",
             content="qz 7 ~ wv plmn ?",
             n=3,
             max_tokens=10,
+            min_tokens=10,
             temperature=1.5,
             seed=11,
             stream=True,
