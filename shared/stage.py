@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import CONTENT_TYPE_HEADER, Handler, OutRecord, Producer, StageConsumer, header, sent_ns
+from shared.bus import (
+    CONTENT_TYPE_HEADER,
+    JOB_HEADER,
+    Handler,
+    OutRecord,
+    Producer,
+    StageConsumer,
+    header,
+    sent_ns,
+)
 from shared.config import Settings
-from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope, decode, encode, set_error, validate
+from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope, Kind, decode, encode, set_error, validate
 from shared.telemetry import (
     add_timing,
     bind_request,
@@ -41,9 +50,19 @@ class Emit:
 EnvelopeHandler = Callable[[Envelope], Awaitable[list[Emit]]]
 
 
+def job_of(env: Envelope) -> str:
+    """The job an envelope belongs to, as its records' JOB_HEADER says."""
+    if env.kind == Kind.KIND_ROLLOUT or env.rollout.rollout_id:
+        return "rollout"
+    return "batch" if env.batch_id else ""
+
+
 def out_record(emit: Emit) -> OutRecord:
-    """Encode an Emit with the current trace context in its headers."""
-    headers = [(CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode())]
+    """Encode an Emit with the current trace context and its job in its headers."""
+    headers = [
+        (CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode()),
+        (JOB_HEADER, job_of(emit.envelope).encode()),
+    ]
     inject_headers(headers)
     key = emit.key if emit.key is not None else emit.envelope.request_id
     return OutRecord(
@@ -55,10 +74,28 @@ def out_record(emit: Emit) -> OutRecord:
     )
 
 
-def envelope_handler(stage: str, handle: EnvelopeHandler, *, validate_input: bool = True) -> Handler:
-    """Wrap a plain envelope handler into a bus handler."""
+def envelope_handler(
+    stage: str,
+    handle: EnvelopeHandler,
+    *,
+    validate_input: bool = True,
+    jobs: Collection[str] | None = None,
+) -> Handler:
+    """Wrap a plain envelope handler into a bus handler.
+
+    `jobs`: the only jobs this stage handles (JOB_HEADER). A record whose header names another is
+    passed over undecoded, with no span: the reward and batch readers of sy.responses see every
+    interactive answer, and decoding, timing and tracing each one was work for nothing (and a span
+    per answer in traces that have nothing to do with them). A record without the header
+    (another producer's) is decoded as before.
+    """
+    wanted = None if jobs is None else set(jobs)
 
     async def on_record(rec: ConsumerRecord) -> list[OutRecord]:
+        if wanted is not None:
+            job = header(rec.headers, JOB_HEADER)
+            if job is not None and job not in wanted:
+                return []
         received = time.time_ns()
         env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
         if validate_input:

@@ -143,7 +143,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         stage="batch_collect",
         topics=[settings.topic("responses")],
         group_id=f"{settings.topic_prefix}batch-collect",
-        handler=envelope_handler("batch_collect", collector.handle, validate_input=False),
+        handler=envelope_handler("batch_collect", collector.handle, validate_input=False, jobs=("batch",)),
         producer=producer,
         settings=settings,
         dlq_topic=settings.topic("dlq"),

@@ -8,7 +8,16 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.bus import FetchWaitGuard, OutRecord, Producer, client_kwargs, rewind_reset_logs, sent_ns
+from shared.bus import (
+    JOB_HEADER,
+    FetchWaitGuard,
+    OutRecord,
+    Producer,
+    client_kwargs,
+    header,
+    rewind_reset_logs,
+    sent_ns,
+)
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
@@ -24,6 +33,11 @@ from .replies import ReplyRouter, ResultStore
 from .rollouts import RolloutStore, follow_rewards, store_path
 
 log = get_logger(__name__)
+
+
+# Rollout samples reach their job through the reward service (sy.rewards) and batch lines through
+# the batch collector: no connection or async request here waits on them.
+JOBS_ANSWERED_ELSEWHERE = ("rollout", "batch")
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
@@ -89,6 +103,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                                 replies.on_delta(StreamDelta.FromString(rec.value))
                             except Exception:  # noqa: BLE001 - not ours to fail on
                                 continue
+                            continue
+                        if header(rec.headers, JOB_HEADER) in JOBS_ANSWERED_ELSEWHERE:
                             continue
                         try:
                             env = decode(rec.value)

@@ -147,7 +147,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         topics=[settings.topic("responses")],
         group_id=f"{settings.topic_prefix}reward",
         # Error replies reach sy.responses with their request cleared: read them as they are.
-        handler=envelope_handler("reward", handle, validate_input=False),
+        handler=envelope_handler("reward", handle, validate_input=False, jobs=("rollout",)),
         producer=producer,
         settings=settings,
         # Off the reply path: no client waits on a reward within milliseconds, and every held fetch

@@ -62,6 +62,7 @@ def test_an_idle_reader_fetches_with_the_idle_wait_until_a_record_or_a_wake(monk
     monkeypatch.setattr("shared.bus.time.monotonic", clock)
     c = FakeConsumer(position=100, highwater=100)  # caught up
     g = FetchWaitGuard(c, "s", idle_after_s=5, idle_wait_ms=50)  # type: ignore[arg-type]
+    g.observe(True)  # a reader that has had records
     for _ in range(4):
         clock.t += 1
         g.observe(False)
@@ -99,3 +100,18 @@ def test_the_idle_wait_never_lowers_a_wait_nor_applies_when_off_or_lagging(monke
     clock.t += 10
     g.observe(False)
     assert lagging._fetcher._fetch_max_wait_ms == 5 and not g.idle
+
+
+def test_a_reader_without_a_record_since_its_start_is_idle_at_once(monkeypatch) -> None:
+    """Readers of a fresh stack wait for traffic that may never come to them: they start idle."""
+    clock = Clock()
+    monkeypatch.setattr("shared.bus.time.monotonic", clock)
+    c = FakeConsumer(position=0, highwater=0)
+    g = FetchWaitGuard(c, "s", idle_after_s=30, idle_wait_ms=50)  # type: ignore[arg-type]
+    assert c._fetcher._fetch_max_wait_ms == 5 and not g.idle  # the first fetch is a short one
+    g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 50 and g.idle
+    g.observe(True)
+    clock.t += 29
+    g.observe(False)
+    assert c._fetcher._fetch_max_wait_ms == 5, "after a record, idle again only after idle_after_s"
