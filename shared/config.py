@@ -304,6 +304,11 @@ class Settings(BaseSettings):
     vllm_kv_cache_gib: float = Field(
         default=1.0, gt=0, description="KV cache space on CPU (VLLM_CPU_KVCACHE_SPACE)"
     )
+    vllm_stream_interval: int = Field(
+        default=4,
+        ge=1,
+        description="Tokens vLLM's front end gathers per output (--stream-interval); the first token goes at once",
+    )
     vllm_gpu_memory_utilization: float = Field(
         default=0.85, gt=0, le=1, description="GPU share for weights + KV"
     )

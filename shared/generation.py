@@ -116,6 +116,16 @@ class EngineStep:
     queue_s: float | None = None  # time the request waited inside the engine, where it says
 
 
+def spread(after_ns: int, at_ns: int, k: int) -> list[int]:
+    """Times of k tokens that arrived together at `at_ns`, the last token before them at
+    `after_ns`: evenly between the two. An engine that streams every few tokens (vLLM's
+    --stream-interval, Triton's decoupled batches) hands over several at once; the ITL of the
+    breakdown is then the mean interval within each chunk, not a zero followed by a long gap."""
+    if k <= 1 or at_ns <= after_ns:
+        return [at_ns] * k
+    return [after_ns + (at_ns - after_ns) * (i + 1) // k for i in range(k)]
+
+
 @dataclass
 class _ChoiceState:
     text: list[str] = field(default_factory=list)
@@ -157,7 +167,7 @@ class Accumulator:
                 if not self.first_token_ns:
                     self.first_token_ns = now
                 self.last_token_ns = now
-                st.token_times.extend([now] * len(ids))
+                st.token_times.extend(spread(st.token_times[-1] if st.token_times else now, now, len(ids)))
             lps = self._token_logprobs(ids, o.logprobs) if o.logprobs else []
             if ids or o.text or o.finish_reason:
                 delta.choices.append(

@@ -95,6 +95,7 @@ def engine_args(settings: Settings) -> Any:
         "max_model_len": settings.vllm_max_model_len,
         "max_num_seqs": settings.vllm_max_num_seqs,
         "enforce_eager": settings.vllm_enforce_eager,
+        "stream_interval": settings.vllm_stream_interval,
         "disable_log_stats": False,  # keeps vllm:* Prometheus metrics and our KV-usage logger fed
         "seed": 0,
     }

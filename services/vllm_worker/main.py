@@ -85,7 +85,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             kw = sampling_kwargs(env, len(ids), settings.vllm_max_model_len)
         except Rejected as exc:
             return [Emit(responses, set_error(env, exc.code, exc.reason, "vllm_worker", exc.http_status))]
-        params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA)
+        # A reply nobody streams needs its first token (TTFT) and its end: vLLM's front end then
+        # builds two outputs per sequence instead of one per token or stream interval (a rollout:
+        # 64 tokens x n samples), on the services' core. Streams keep SY_VLLM_STREAM_INTERVAL.
+        every = None if env.request.sampling.stream else max(1, kw["max_tokens"])
+        params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA, stream_interval=every)
         lora, held = None, None
         if loras is not None:
             try:

@@ -191,6 +191,19 @@ def test_breakdown_adds_up_to_end_to_end(client: openai.OpenAI) -> None:
     assert all(abs(g) <= 50.0 for g in gaps), (gaps, info)
 
 
+def test_an_unstreamed_reply_takes_its_tokens_from_the_engine_in_one_output(client: openai.OpenAI) -> None:
+    """No one reads its deltas: vLLM hands the worker the first token (TTFT) and then the rest at
+    once (stream_interval = max_tokens), so the decode's token times are spread evenly; one output
+    per token would give uneven gaps."""
+    r = client.chat.completions.create(
+        model="sy-tiny", messages=MSG, max_tokens=12, temperature=0, extra_body={"min_tokens": 12}
+    )
+    assert r.usage.completion_tokens == 12
+    [decode] = [row for row in r.model_extra["switchyard"]["breakdown"] if row["stage"] == "decode"]
+    itl = [float(x) for x in decode["itl_ms"].split(",")]
+    assert len(itl) == 11 and max(itl) - min(itl) <= 0.002, itl
+
+
 def _spans_of(pipeline, trace_id: str, want: set[str], timeout_s: float = 10) -> list[dict]:
     path = pipeline.var_dir / "run" / "spans.jsonl"
     deadline = time.monotonic() + timeout_s

@@ -171,3 +171,18 @@ def test_deduper_forwards_each_tokens_logprob_once_across_attempts() -> None:
     final = [TokenLogprob(token=t) for t in ["a", "bc", "d", "e", "z"]]
     rest, off = d.remaining_logprobs(0, final)
     assert [t.token for t in rest] == ["e", "z"] and off == 4
+
+
+def test_tokens_handed_over_together_get_times_spread_since_the_last_one(monkeypatch) -> None:
+    """vLLM's --stream-interval hands the worker several tokens per output: the breakdown's ITL is
+    the mean interval within a chunk, not one real gap and zeros."""
+    from shared.generation import Accumulator, EngineStep, StepOutput, spread
+
+    assert spread(100, 140, 4) == [110, 120, 130, 140] and spread(100, 100, 2) == [100, 100]
+    clock = iter([1_000_000, 5_000_000, 17_000_000])
+    monkeypatch.setattr("shared.generation.time.time_ns", lambda: next(clock))
+    acc = Accumulator(1, "w")
+    acc.add(EngineStep(outputs=[StepOutput(0, [1], "a")]), "r", "t")  # the first token, alone
+    acc.add(EngineStep(outputs=[StepOutput(0, [2, 3, 4], "bcd")]), "r", "t")  # three at 17 ms
+    assert acc.choices[0].token_times == [5_000_000, 9_000_000, 13_000_000, 17_000_000]
+    assert acc.itl_ms() == [4.0, 4.0, 4.0]
