@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from switchyard.v1 import envelope_pb2, events_pb2
 
-from shared.bus import SENT_NS_HEADER
+from shared.bus import JOB_HEADER, SENT_NS_HEADER
 from shared.config import Settings
 from shared.topics import all_topics
 
@@ -87,6 +87,12 @@ def document(settings: Settings) -> dict[str, Any]:
             },
             "traceparent": {"type": "string", "description": "W3C trace context"},
             SENT_NS_HEADER: {"type": "string", "description": "producer wall clock, ns since the epoch"},
+            JOB_HEADER: {
+                "type": "string",
+                "enum": ["rollout", "batch", ""],
+                "description": "envelope records: the job the record belongs to (empty: a single request); "
+                "readers that want one job pass over the others undecoded, and read records without it",
+            },
         },
     }
     channels: dict[str, Any] = {}
