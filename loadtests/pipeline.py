@@ -348,7 +348,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     # a baseline caught in a slow minute must not flatter the pipeline (seen: AsyncLLM on both cores
     # at 1,550 tok/s, then on one core at 2,294).
     again = run_direct_best(model_dir, levels)
-    direct = [fastest(list(runs)) for runs in zip(direct, again, same_cores or again, strict=True)]
+    one_core = same_cores or [None] * len(levels)  # None where `switchyard up` pins nothing
+    direct = [fastest([d, a, *([s] if s else [])]) for d, a, s in zip(direct, again, one_core, strict=True)]
 
     comparison = []
     for d, e, s in zip(direct, engine, ours, strict=True):
