@@ -147,6 +147,8 @@ class Stack:
             "SY_API_KEYS": json.dumps({API_KEY: "bench"}),
             "SY_POOLS": json.dumps(POOLS),
         }
+        if workers > 1:  # partitions for the workers to split (the embedded broker's default is 1)
+            settings["SY_TOPIC_PARTITIONS"] = "4"
         self.env = stack_env(model_dir, var_dir, **{**settings, **extra})
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra: list[subprocess.Popen[bytes]] = []

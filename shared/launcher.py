@@ -48,6 +48,14 @@ SERVICES: tuple[str, ...] = (
 )
 
 
+# The embedded broker's topics get one partition each unless SY_TOPIC_PARTITIONS says otherwise.
+# `switchyard up` starts one consumer per group, so more partitions buy no parallelism, and Tansu
+# pays for every partition of a fetch on every poll of its storage (offsets and a listing of the
+# partition's batches): at concurrency 8, 4 partitions cost the broker 7.4-8.1 ms of CPU per
+# request and 1 partition 4.9-6.3 (README "Topics"). Add partitions with the consumers that use them.
+EMBEDDED_TOPIC_PARTITIONS = 1
+
+
 def available_services() -> list[str]:
     root = importlib.util.find_spec("services")
     base = Path(next(iter(root.submodule_search_locations or []))) if root else Path()
@@ -152,6 +160,8 @@ class Launcher:
             self.say(f"kafka: using {self.s.kafka_bootstrap} (SY_KAFKA_BOOTSTRAP)")
         else:
             self.kafka = EmbeddedKafka(self.s.var_dir, port=self.s.kafka_port)
+            if "topic_partitions" not in self.s.model_fields_set:
+                self.s = self.s.model_copy(update={"topic_partitions": EMBEDDED_TOPIC_PARTITIONS})
             self.kafka.start()
             self.bootstrap = self.kafka.bootstrap
             self.say(f"kafka: embedded Tansu broker on {self.bootstrap} (log {self.kafka.log_path})")
@@ -242,6 +252,7 @@ class Launcher:
             # Embedded broker: joining a group takes about half the session timeout, so keep it short.
             env.setdefault("SY_KAFKA_SESSION_TIMEOUT_MS", "3000")
             env.setdefault("SY_KAFKA_HEARTBEAT_INTERVAL_MS", "500")
+            env.setdefault("SY_TOPIC_PARTITIONS", str(self.s.topic_partitions))
         return env
 
     def _port_for(self, name: str) -> int:
