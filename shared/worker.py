@@ -23,13 +23,19 @@ log = get_logger(__name__)
 
 
 class StreamPublisher:
-    """Coalesced deltas of one generation to sy.stream; `close()` waits for every ack, so the
-    final response never overtakes its last delta."""
+    """Coalesced deltas of one generation to sy.stream.
+
+    Nothing waits for their acks: the final response on sy.responses carries the whole text, and
+    the gateway fills in from it what its stream has not shown yet (a delta that arrives after the
+    final response is dropped there). Waiting for the last delta's ack before the final response
+    went out put a broker round trip on every request's end, which in a closed loop is time the
+    engine's batch runs one sequence short.
+    """
 
     def __init__(self, producer: Producer, topic: str, env: Envelope, flush_ms: float) -> None:
         self.producer, self.topic, self.env = producer, topic, env
         self.batcher = DeltaBatcher(flush_ms)
-        self.acks: list[asyncio.Future[object]] = []
+        self.failed = 0
 
     async def _send(self, delta: StreamDelta | None) -> None:
         if delta is not None:
@@ -39,15 +45,22 @@ class StreamPublisher:
                 key=self.env.request_id.encode(),
                 headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
             )
-            self.acks.append(await self.producer.send_soon(record))
+            (await self.producer.send_soon(record)).add_done_callback(self._acked)
+
+    def _acked(self, ack: asyncio.Future[object]) -> None:
+        if not ack.cancelled() and ack.exception() is not None:
+            self.failed += 1  # the final response still carries this text
+            log.warning(
+                "stream delta not delivered", request_id=self.env.request_id, error=str(ack.exception())
+            )
 
     async def add(self, delta: StreamDelta | None) -> None:
         if delta is not None and self.env.request.sampling.stream:
             await self._send(self.batcher.add(delta))
 
     async def close(self) -> None:
+        """Send what is left; the final response may go out before the broker has acked it."""
         await self._send(self.batcher.flush())
-        await asyncio.gather(*self.acks)
 
 
 def assigned_partitions(consumer: StageConsumer, topic: str) -> list[int]:

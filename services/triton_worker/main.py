@@ -124,7 +124,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             raise RuntimeError(f"Triton failed: {exc}") from exc  # retried, then DLQ + error reply
         finally:
             in_flight -= 1
-        await stream.close()  # deltas are acknowledged before the final response goes out
+        await stream.close()  # the final response carries the whole text: no wait for delta acks
         env.response.CopyFrom(acc.response(pool))
         env.response.model_version = versions.get(env.model, "")
         acc.add_timings(env, time.time_ns())

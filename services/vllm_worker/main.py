@@ -111,7 +111,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             in_flight -= 1
             if held is not None and loras is not None:
                 loras.release(held)
-        await stream.close()  # deltas are acknowledged before the final response goes out
+        await stream.close()  # the final response carries the whole text: no wait for delta acks
         finished = time.time_ns()
         env.response.CopyFrom(acc.response(pool))
         env.response.model_version = model_version

@@ -186,3 +186,33 @@ def test_tokens_handed_over_together_get_times_spread_since_the_last_one(monkeyp
     acc.add(EngineStep(outputs=[StepOutput(0, [2, 3, 4], "bcd")]), "r", "t")  # three at 17 ms
     assert acc.choices[0].token_times == [5_000_000, 9_000_000, 13_000_000, 17_000_000]
     assert acc.itl_ms() == [4.0, 4.0, 4.0]
+
+
+async def test_a_generation_ends_without_waiting_for_its_deltas_acks() -> None:
+    """The final response carries the whole text and the gateway fills gaps from it, so the worker
+    sends it without a broker round trip for the last delta's ack; a lost delta is counted."""
+    import asyncio
+
+    from shared.envelope import Envelope
+    from shared.worker import StreamPublisher
+
+    class Broker:  # hands out the ack futures so the test decides when (and how) they resolve
+        def __init__(self) -> None:
+            self.acks: list[asyncio.Future[object]] = []
+
+        async def send_soon(self, record: object) -> asyncio.Future[object]:
+            self.acks.append(asyncio.get_running_loop().create_future())
+            return self.acks[-1]
+
+    env = Envelope(request_id="r")
+    env.request.sampling.stream = True
+    broker = Broker()
+    pub = StreamPublisher(broker, "sy.stream", env, flush_ms=10_000)  # type: ignore[arg-type]
+    await pub.add(delta("a", 0))  # the first delta goes at once
+    await pub.add(delta("b", 1))  # coalesced
+    await asyncio.wait_for(pub.close(), timeout=1)  # the tail goes out; nothing acked yet
+    assert len(broker.acks) == 2 and not any(a.done() for a in broker.acks)
+    broker.acks[0].set_result(None)
+    broker.acks[1].set_exception(ConnectionError("broker gone"))
+    await asyncio.sleep(0)
+    assert pub.failed == 1
