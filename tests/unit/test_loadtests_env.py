@@ -77,3 +77,19 @@ def test_the_pipeline_baseline_is_the_engines_fastest_run_of_each_level() -> Non
     best = fastest([before, after, same])
     assert best["tokens_per_s"] == 2293.6 and best["placement"] == "switchyard"
     assert best["tokens_per_s_of_each_run"] == [1550.2, 2001.0, 2293.6]
+
+
+def test_each_pipeline_round_is_read_against_the_engine_runs_beside_it() -> None:
+    """Engine and stack take turns; a round counts against the faster of its two neighbours, and
+    the median round is the target figure, so one slow or fast minute moves it little."""
+    from loadtests.pipeline import paired_rounds
+
+    def run(tps: float, ttft: float = 10.0) -> list[dict[str, float]]:
+        return [{"concurrency": 8, "tokens_per_s": tps, "ttft_p50_ms": ttft, "ttft_p99_ms": 2 * ttft}]
+
+    engine = [run(2000), run(1500), run(1600), run(2200)]  # before round 1, after rounds 1, 2, 3
+    ours = [run(1800, 40), run(1200, 60), run(2000, 30)]
+    (level,) = paired_rounds(engine, ours)
+    assert [r["engine_tokens_per_s"] for r in level["rounds"]] == [2000, 1600, 2200]
+    assert [r["ratio"] for r in level["rounds"]] == [0.9, 0.75, 0.909]
+    assert level["median_ratio"] == 0.9 and level["median_added_ttft_p50_ms"] == 30.0
