@@ -42,6 +42,7 @@ from .stack import (
     baseline_executors,
     client_on_services_cores,
     gateway_url,
+    paired,
     run_result,
     start_stack,
     stop_stack,
@@ -275,28 +276,29 @@ def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def paired_rounds(
     engine: list[list[dict[str, Any]]], ours: list[list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Per level, each Switchyard round against the engine runs on either side of it (the faster):
-    engine and stack take turns, so each ratio is read within the same few minutes of a host whose
-    speed drifts by a third within minutes. engine[i] ran before ours[i], engine[i + 1] after it."""
+    """Per level, each Switchyard round against the faster engine run beside it (`stack.paired`):
+    engine[i] ran before ours[i], engine[i + 1] after it; TTFT is read against the same run."""
     out = []
     for level in range(len(ours[0])):
+        runs = [r[level] for r in ours]
+        e_runs = [r[level] for r in engine]
+        pair = paired([e["tokens_per_s"] for e in e_runs], [s["tokens_per_s"] for s in runs])
         rounds = []
-        for i, run_ in enumerate(ours):
-            s = run_[level]
-            e = max(engine[i][level], engine[i + 1][level], key=lambda r: r["tokens_per_s"])
+        for s, r in zip(runs, pair["rounds"], strict=True):
+            e = e_runs[r["engine_run"]]
             rounds.append(
                 {
                     "tokens_per_s": s["tokens_per_s"],
                     "engine_tokens_per_s": e["tokens_per_s"],
-                    "ratio": round(s["tokens_per_s"] / e["tokens_per_s"], 3),
+                    "ratio": r["ratio"],
                     "added_ttft_p50_ms": round(s["ttft_p50_ms"] - e["ttft_p50_ms"], 2),
                     "added_ttft_p99_ms": round(s["ttft_p99_ms"] - e["ttft_p99_ms"], 2),
                 }
             )
         out.append(
             {
-                "concurrency": ours[0][level]["concurrency"],
-                "median_ratio": statistics.median(r["ratio"] for r in rounds),
+                "concurrency": runs[0]["concurrency"],
+                "median_ratio": pair["median_ratio"],
                 "median_added_ttft_p50_ms": statistics.median(r["added_ttft_p50_ms"] for r in rounds),
                 "median_added_ttft_p99_ms": statistics.median(r["added_ttft_p99_ms"] for r in rounds),
                 "rounds": rounds,

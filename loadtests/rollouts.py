@@ -3,14 +3,16 @@
 (a) The same jobs, K prompts x n samples for each K in JOB_PROMPTS (32 and 128; fixed length:
     min_tokens = max_tokens, temperature 1; the larger job is the headline),
     against vLLM's AsyncLLM in-process (one request per prompt with n, all submitted at once),
-    then through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
-    generated, scored and published on sy.rewards, and read back by the gateway), then the engine
-    once more; the best engine run of both counts. The engine runs with each CPU executor (vLLM's
-    worker process beside the engine core, and the model in the engine-core process) each time.
-    samples/s and tokens/s of both and their ratio (target >= 0.9). LoRA is off on both sides,
-    as in pipeline-vs-engine (lora-scaling measures LoRA). A third run puts the engine on the
-    cores `switchyard up` gives it (its front end on the services' cores): against it the ratio
-    is what the pipeline costs; the rest of the gap is the cores the services keep.
+    and through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
+    generated, scored and published on sy.rewards, and read back by the gateway). The two take
+    turns: the engine on the cores `switchyard up` gives it (its front end on the services'
+    cores, as in the vLLM worker), a fresh stack, the engine again, ROUNDS times; each stack round
+    is read against the faster engine run beside it, and the median round's ratio is the target
+    figure (>= 0.9): this host's speed drifts by a third within minutes. Stricter, beside it: the
+    best round against the engine's fastest run anywhere in the scenario, including runs on every
+    core with each CPU executor (vLLM's worker process beside the engine core, and the model in
+    the engine-core process) before and after the stacks. LoRA is off on both sides, as in
+    pipeline-vs-engine (lora-scaling measures LoRA).
 (b) Rule-based reward scoring throughput in one process: numeric_match + regex + length_penalty
     + exact_match over groups of 8 (target >= 5k samples/s), the functions alone and the whole
     reward stage (statistics, sample and group records).
@@ -32,7 +34,14 @@ from typing import Any
 import httpx
 
 from loadtests.pipeline import start_pipeline
-from loadtests.stack import baseline_executors, models_dir, placed_asyncllm, run_result, switchyard_placement
+from loadtests.stack import (
+    baseline_executors,
+    models_dir,
+    paired,
+    placed_asyncllm,
+    run_result,
+    switchyard_placement,
+)
 from shared.models import tasks
 
 MAX_TOKENS = 32
@@ -43,6 +52,7 @@ JOB_PROMPTS = (32, 128)
 QUICK_JOB_PROMPTS = (8,)
 FETCH_WAIT_MS = os.environ.get("ROLLOUTS_FETCH_WAIT_MS", "")
 REPEATS = 2  # each side runs the job this many times in one engine/pipeline; the best run counts
+ROUNDS = 3  # engine and a fresh stack take turns this many times (the headline pair)
 
 
 def job_prompts(k: int) -> list[str]:
@@ -271,12 +281,29 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
     }
 
 
+async def switchyard_round(model_dir: Path, var_dir: Path, ks: tuple[int, ...], n: int) -> dict[str, Any]:
+    """A fresh stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: with
+    the engine on its own core, 50 ms measured no better than the 5 ms default); per job size the
+    best of REPEATS runs, as the engine's."""
+    overrides = {"SY_KAFKA_FETCH_MAX_WAIT_MS": FETCH_WAIT_MS} if FETCH_WAIT_MS else {}
+    proc, url = start_pipeline(model_dir, var_dir, **overrides)
+    ours = {}
+    try:
+        await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
+        for k in ks:
+            ours[str(k)] = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    return ours
+
+
 def compare(direct: dict[str, Any], ours: dict[str, Any], same: dict[str, Any] | None) -> dict[str, Any]:
-    """One job size: samples/s of each side and the ratios the target is read on."""
+    """One job size: samples/s of each side and the stricter ratio (best round vs fastest engine run)."""
     return {
         "direct_samples_per_s": direct["samples_per_s"],
         "switchyard_samples_per_s": ours["samples_per_s"],
-        "samples_per_s_ratio": round(ours["samples_per_s"] / direct["samples_per_s"], 3),
+        "samples_per_s_ratio_best_vs_fastest": round(ours["samples_per_s"] / direct["samples_per_s"], 3),
         "direct_on_switchyards_engine_cores_samples_per_s": same["samples_per_s"] if same else None,
         "ratio_vs_engine_on_the_same_cores": round(ours["samples_per_s"] / same["samples_per_s"], 3)
         if same
@@ -297,32 +324,38 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     scoring = await scoring_throughput(4000 if quick else 40000)
 
     direct = run_direct_best(model_dir, ks, n)
-    # The stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: with the
-    # engine on its own core, 50 ms measured no better than the 5 ms default).
-    overrides = {"SY_KAFKA_FETCH_MAX_WAIT_MS": FETCH_WAIT_MS} if FETCH_WAIT_MS else {}
-    proc, url = start_pipeline(model_dir, var_dir, **overrides)
+    # The headline pair takes turns (as in pipeline-vs-engine): the engine on the cores `switchyard
+    # up` gives it (its front end on the services' cores; every core where nothing is pinned), a
+    # fresh stack, the engine again, `rounds` times; each round against the faster engine run beside it.
+    rounds = 1 if quick else ROUNDS
+    placement = "switchyard" if switchyard_placement() else "all"
+    paired_engine = [run_direct(model_dir, ks, n, placement)]
+    ours_rounds = []
+    for _ in range(rounds):
+        ours_rounds.append(await switchyard_round(model_dir, var_dir, ks, n))
+        paired_engine.append(run_direct(model_dir, ks, n, placement))
     ours = {}
-    try:
-        await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
-        for k in ks:
-            ours[str(k)] = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    # The engine again after the pipeline, and the better of its two runs counts: a machine whose
-    # background load drifts during the scenario must not flatter the pipeline.
+    for key in ours_rounds[0]:  # the best round, with every run of every round
+        ours[key] = merge([r[key] for r in ours_rounds])
+        ours[key].pop("best_by_executor")
+    same = {key: merge([r[key] for r in paired_engine]) for key in paired_engine[0]}
+    # The engine on every core again after the stacks: the stricter figure is Switchyard's best
+    # round against the engine's fastest run anywhere in the scenario.
     again = run_direct_best(model_dir, ks, n)
-    direct = {key: merge([direct[key], again[key]]) for key in direct}
-    # The engine on the cores Switchyard gives it (its front end on the services' cores): the
-    # pipeline's own cost is the ratio against this; the rest is the cores the services keep.
-    same = run_direct(model_dir, ks, n, "switchyard") if switchyard_placement() else None
-    if same:  # where the engine ran faster on its one core than on both, that run is the baseline
-        tagged = {
-            key: {**r, "executor": f"{r.get('executor', 'auto')} on switchyard's cores"}
-            for key, r in same.items()
+    tagged = {
+        key: {**r, "executor": f"{r.get('executor', 'auto')} on {placement} cores"} for key, r in same.items()
+    }
+    direct = {key: merge([direct[key], again[key], tagged[key]]) for key in direct}
+    per_size = {}
+    for key in ours:
+        pair = paired(
+            [e[key]["samples_per_s"] for e in paired_engine], [r[key]["samples_per_s"] for r in ours_rounds]
+        )
+        per_size[key] = {
+            **compare(direct[key], ours[key], same[key] if placement == "switchyard" else None),
+            "samples_per_s_ratio": pair["median_ratio"],
+            "paired_rounds": pair["rounds"],
         }
-        direct = {key: merge([direct[key], tagged[key]]) for key in direct}
-    per_size = {key: compare(direct[key], ours[key], same[key] if same else None) for key in ours}
     head = per_size[str(max(ks))]
     summary = {
         "job_prompts": list(ks),

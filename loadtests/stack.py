@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,17 @@ def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
     every = frozenset(os.sched_getaffinity(0))
     services = service_cpus("auto", every)
     return None if services is None else (engine_cpus("own", every, services), services)
+
+
+def paired(engine: Sequence[float], ours: Sequence[float]) -> dict[str, Any]:
+    """Each stack round in `ours` against the faster engine run beside it (engine[i] ran just
+    before ours[i], engine[i + 1] just after), and the median round. This host's speed drifts by
+    a third within minutes: a ratio read across minutes measures the drift as much as the stack."""
+    rounds = []
+    for i, s in enumerate(ours):
+        j = i if engine[i] >= engine[i + 1] else i + 1
+        rounds.append({"stack": s, "engine": engine[j], "engine_run": j, "ratio": round(s / engine[j], 3)})
+    return {"median_ratio": statistics.median(r["ratio"] for r in rounds), "rounds": rounds}
 
 
 @contextmanager
