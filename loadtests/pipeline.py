@@ -363,7 +363,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         finally:
             stop_stack(proc)
         paired_engine.append(run_direct_engine(model_dir, levels, "auto", placement))
-    paired = paired_rounds(paired_engine, ours_rounds)
+    pairs = paired_rounds(paired_engine, ours_rounds)
     ours = [fastest(list(runs)) for runs in zip(*ours_rounds, strict=True)]
     same_cores = (
         [fastest(list(runs)) for runs in zip(*paired_engine, strict=True)]
@@ -407,7 +407,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     direct = [fastest(runs) for runs in every_engine_run]
 
     comparison = []
-    for d, e, s, pr in zip(direct, engine, ours, paired, strict=True):
+    for d, e, s, pr in zip(direct, engine, ours, pairs, strict=True):
         row: dict[str, Any] = {
             "concurrency": e["concurrency"],
             # The target figures: each round against the engine's runs beside it, median of rounds.

@@ -380,7 +380,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "temperature": 1.0,
         },
         "asyncllm_in_process": direct,
-        "asyncllm_on_switchyards_engine_cores": same,
+        "asyncllm_on_switchyards_engine_cores": same if placement == "switchyard" else None,
         "switchyard": ours,
         "by_job_prompts": per_size,
         "reward_scoring": scoring,
