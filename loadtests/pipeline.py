@@ -11,10 +11,10 @@ the services' core, as in the worker), and the TTFT of single requests sent afte
 sat idle (the readers' idle fetch wait). LOADTESTS_STACK_ENV sets a setting in every stack (A/Bs).
 Requests to a pinned stack are sent from the services' cores, as the in-process baseline's are.
 
-The headline pair takes turns: the in-process engine on the cores `switchyard up` gives it, a fresh
-whole stack, the engine again, ROUNDS times; each stack round is read against the faster engine run
-beside it and the median round is the target figure (the host's speed drifts by a third within
-minutes, so a ratio across minutes measures the drift). Beside it, stricter: Switchyard's best round
+The headline pair takes turns: the in-process engine (on the cores `switchyard up` gives it and on
+every core, the faster counts), a fresh whole stack, the engine again, ROUNDS times; each stack round
+is read against the faster engine turn beside it and the median round is the target figure (the
+host's speed drifts by a third within minutes, so a ratio across minutes measures the drift). Beside it, stricter: Switchyard's best round
 against the engine's fastest run anywhere in the bench (every core or the engine's cores, before or
 after the stacks), every run kept in the JSON.
 """
@@ -273,6 +273,18 @@ def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**top, "tokens_per_s_of_each_run": [r["tokens_per_s"] for r in runs]}
 
 
+def engine_turn(
+    model_dir: Path, levels: list[tuple[int, int]], placement: str, wide_executor: str
+) -> list[list[dict[str, Any]]]:
+    """One engine turn beside the stack rounds: on the cores `switchyard up` gives the engine, and
+    (where it pins anything) on every core with `wide_executor`; each a list of levels."""
+    turn = [run_direct_engine(model_dir, levels, "auto", placement)]
+    if placement == "switchyard":
+        wide = run_direct_engine(model_dir, levels, wide_executor, "all")
+        turn.append([{**r, "executor": wide_executor} for r in wide])
+    return turn
+
+
 def paired_rounds(
     engine: list[list[dict[str, Any]]], ours: list[list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
@@ -346,11 +358,13 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     finally:
         stop_process(proc, timeout_s=30)
 
-    # The headline pair, in turns: the engine on the cores `switchyard up` gives it (its front end
-    # on the services' core, as in the vLLM worker; every core where nothing is pinned), then the
-    # whole stack, then the engine again, `rounds` times. Each stack is fresh.
+    # The headline pair, in turns: the engine, then a fresh whole stack, then the engine again,
+    # `rounds` times. Each engine turn runs it on the cores `switchyard up` gives it (its front end
+    # on the services' core, as in the vLLM worker) and on every core with the CPU executor that
+    # was faster there above; per level the faster placement is the round's baseline.
     placement = "switchyard" if switchyard_placement() else "all"
-    paired_engine = [run_direct_engine(model_dir, levels, "auto", placement)]
+    wide_executor = direct[-1].get("executor", "auto")
+    engine_turns = [engine_turn(model_dir, levels, placement, wide_executor)]
     ours_rounds: list[list[dict[str, Any]]] = []
     idle_probe: list[dict[str, Any]] = []
     for i in range(rounds):
@@ -362,11 +376,12 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                     idle_probe = await after_idle(url, "sk-switchyard-local", 1 if quick else 2)
         finally:
             stop_stack(proc)
-        paired_engine.append(run_direct_engine(model_dir, levels, "auto", placement))
+        engine_turns.append(engine_turn(model_dir, levels, placement, wide_executor))
+    paired_engine = [[fastest(list(runs)) for runs in zip(*turn, strict=True)] for turn in engine_turns]
     pairs = paired_rounds(paired_engine, ours_rounds)
     ours = [fastest(list(runs)) for runs in zip(*ours_rounds, strict=True)]
     same_cores = (
-        [fastest(list(runs)) for runs in zip(*paired_engine, strict=True)]
+        [fastest([turn[0][level] for turn in engine_turns]) for level in range(len(levels))]
         if placement == "switchyard"
         else None
     )
@@ -403,7 +418,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     # a baseline caught in a slow minute must not flatter the pipeline (seen: AsyncLLM on both cores
     # at 1,550 tok/s, then on one core at 2,294).
     again = run_direct_best(model_dir, levels)
-    every_engine_run = [[d, a, *runs] for d, a, *runs in zip(direct, again, *paired_engine, strict=True)]
+    beside = [run for turn in engine_turns for run in turn]  # each placement's run of each turn
+    every_engine_run = [[d, a, *runs] for d, a, *runs in zip(direct, again, *beside, strict=True)]
     direct = [fastest(runs) for runs in every_engine_run]
 
     comparison = []

@@ -298,6 +298,22 @@ async def switchyard_round(model_dir: Path, var_dir: Path, ks: tuple[int, ...], 
     return ours
 
 
+def engine_turn(
+    model_dir: Path, ks: tuple[int, ...], n: int, placement: str, wide_executor: str
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """One engine turn beside the stack rounds, per job size: `own` on the cores `switchyard up`
+    gives the engine and (where it pins anything) `wide` on every core with `wide_executor`."""
+    own = run_direct(model_dir, ks, n, placement)
+    turn = {
+        key: {"own": {**r, "executor": f"{r.get('executor', 'auto')} on {placement} cores"}}
+        for key, r in own.items()
+    }
+    if placement == "switchyard":
+        for key, r in run_direct(model_dir, ks, n, "all", wide_executor).items():
+            turn[key]["wide"] = r
+    return turn
+
+
 def compare(direct: dict[str, Any], ours: dict[str, Any], same: dict[str, Any] | None) -> dict[str, Any]:
     """One job size: samples/s of each side and the stricter ratio (best round vs fastest engine run)."""
     return {
@@ -324,28 +340,28 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     scoring = await scoring_throughput(4000 if quick else 40000)
 
     direct = run_direct_best(model_dir, ks, n)
-    # The headline pair takes turns (as in pipeline-vs-engine): the engine on the cores `switchyard
-    # up` gives it (its front end on the services' cores; every core where nothing is pinned), a
-    # fresh stack, the engine again, `rounds` times; each round against the faster engine run beside it.
+    # The headline pair takes turns (as in pipeline-vs-engine): the engine, a fresh stack, the
+    # engine again, `rounds` times. Each engine turn runs it on the cores `switchyard up` gives it
+    # (its front end on the services' cores) and on every core with the CPU executor that was
+    # faster there above; per job size the faster placement is the round's baseline.
     rounds = 1 if quick else ROUNDS
     placement = "switchyard" if switchyard_placement() else "all"
-    paired_engine = [run_direct(model_dir, ks, n, placement)]
+    wide_executor = direct[str(max(ks))].get("executor", "auto")
+    turns = [engine_turn(model_dir, ks, n, placement, wide_executor)]
     ours_rounds = []
     for _ in range(rounds):
         ours_rounds.append(await switchyard_round(model_dir, var_dir, ks, n))
-        paired_engine.append(run_direct(model_dir, ks, n, placement))
+        turns.append(engine_turn(model_dir, ks, n, placement, wide_executor))
+    paired_engine = [{key: merge(list(turn[key].values())) for key in turn} for turn in turns]
     ours = {}
     for key in ours_rounds[0]:  # the best round, with every run of every round
         ours[key] = merge([r[key] for r in ours_rounds])
         ours[key].pop("best_by_executor")
-    same = {key: merge([r[key] for r in paired_engine]) for key in paired_engine[0]}
+    same = {key: merge([turn[key]["own"] for turn in turns]) for key in turns[0]}
     # The engine on every core again after the stacks: the stricter figure is Switchyard's best
     # round against the engine's fastest run anywhere in the scenario.
     again = run_direct_best(model_dir, ks, n)
-    tagged = {
-        key: {**r, "executor": f"{r.get('executor', 'auto')} on {placement} cores"} for key, r in same.items()
-    }
-    direct = {key: merge([direct[key], again[key], tagged[key]]) for key in direct}
+    direct = {key: merge([direct[key], again[key], *(e[key] for e in paired_engine)]) for key in direct}
     per_size = {}
     for key in ours:
         pair = paired(
