@@ -109,7 +109,12 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(
         default="sy.", pattern=r"^[A-Za-z0-9._-]*$", description="Prefix of every topic and group"
     )
-    topic_partitions: int = Field(default=4, ge=1, le=1024, description="Partitions of keyed topics")
+    topic_partitions: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Partitions of keyed topics (`switchyard up` gives the embedded broker's topics 1 unless this is set)",
+    )
     kafka_fetch_max_wait_ms: int = Field(
         default=5, ge=1, le=5000, description="Broker fetch wait; sets the per-hop latency floor"
     )
