@@ -44,10 +44,12 @@ from .stack import (
     gateway_url,
     paired,
     run_result,
+    split_ceiling,
     start_stack,
     stop_stack,
     switchyard_placement,
 )
+from .stack import fastest as stack_fastest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 64
@@ -269,8 +271,7 @@ def run_direct_engine(
 
 def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The fastest of several runs of one level, with every run's tokens/s kept beside it."""
-    top = max(runs, key=lambda r: r["tokens_per_s"])
-    return {**top, "tokens_per_s_of_each_run": [r["tokens_per_s"] for r in runs]}
+    return stack_fastest(runs, "tokens_per_s", "tokens_per_s_of_each_run")
 
 
 def engine_turn(
@@ -423,7 +424,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     direct = [fastest(runs) for runs in every_engine_run]
 
     comparison = []
-    for d, e, s, pr in zip(direct, engine, ours, pairs, strict=True):
+    for level, (d, e, s, pr) in enumerate(zip(direct, engine, ours, pairs, strict=True)):
         row: dict[str, Any] = {
             "concurrency": e["concurrency"],
             # The target figures: each round against the engine's runs beside it, median of rounds.
@@ -437,6 +438,11 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "added_ttft_p50_ms_vs_openai_server": round(s["ttft_p50_ms"] - e["ttft_p50_ms"], 2),
         }
         if same_cores:
+            # What the core split alone leaves of the engine at its best, in each turn.
+            row["core_split_ceiling"] = split_ceiling(
+                [t[0][level]["tokens_per_s"] for t in engine_turns],
+                [t[1][level]["tokens_per_s"] for t in engine_turns],
+            )
             same = next(r for r in same_cores if r["concurrency"] == e["concurrency"])
             row["tokens_per_s_ratio_vs_asyncllm_on_the_same_cores"] = round(
                 s["tokens_per_s"] / same["tokens_per_s"], 3

@@ -47,6 +47,21 @@ def paired(engine: Sequence[float], ours: Sequence[float]) -> dict[str, Any]:
     return {"median_ratio": statistics.median(r["ratio"] for r in rounds), "rounds": rounds}
 
 
+def split_ceiling(own: Sequence[float], wide: Sequence[float]) -> dict[str, Any]:
+    """The engine on the cores `switchyard up` gives it against the engine on every core, turn by
+    turn (own[i] and wide[i] ran in the same minutes): the most a pipeline around the engine on its
+    own cores can reach against the engine at its best on this host, before it costs anything."""
+    per_turn = [round(o / w, 3) for o, w in zip(own, wide, strict=True)]
+    return {"median": round(statistics.median(per_turn), 3), "per_turn": per_turn}
+
+
+def fastest(runs: Sequence[dict[str, Any]], metric: str, each_key: str) -> dict[str, Any]:
+    """The fastest of several runs of one workload (on a shared box the least disturbed), with
+    every run's `metric` kept beside it under `each_key`."""
+    top = max(runs, key=lambda r: r[metric])
+    return {**top, each_key: [r[metric] for r in runs]}
+
+
 @contextmanager
 def client_on_services_cores() -> Iterator[None]:
     """Send a workload from the services' cores, never the engine's, as the in-process baseline

@@ -93,3 +93,15 @@ def test_each_pipeline_round_is_read_against_the_engine_runs_beside_it() -> None
     assert [r["engine_tokens_per_s"] for r in level["rounds"]] == [2000, 1600, 2200]
     assert [r["ratio"] for r in level["rounds"]] == [0.9, 0.75, 0.909]
     assert level["median_ratio"] == 0.9 and level["median_added_ttft_p50_ms"] == 30.0
+
+
+def test_the_core_split_ceiling_is_read_turn_by_turn() -> None:
+    """The engine on its own cores against the engine on every core in the same turn: the host's
+    ceiling for the pipeline's ratio, so a slow minute in one placement does not pass for the split."""
+    from loadtests.rollouts import best
+    from loadtests.stack import split_ceiling
+
+    got = split_ceiling([1500.0, 1700.0, 1300.0], [2000.0, 2000.0, 1600.0])
+    assert got == {"median": 0.812, "per_turn": [0.75, 0.85, 0.812]}
+    runs = [{"samples_per_s": 80.0}, {"samples_per_s": 95.5}]
+    assert best(runs) == {"samples_per_s": 95.5, "runs_samples_per_s": [80.0, 95.5]}
