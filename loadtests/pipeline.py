@@ -443,7 +443,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 [t[0][level]["tokens_per_s"] for t in engine_turns],
                 [t[1][level]["tokens_per_s"] for t in engine_turns],
             )
-            same = next(r for r in same_cores if r["concurrency"] == e["concurrency"])
+            same = same_cores[level]
             row["tokens_per_s_ratio_vs_asyncllm_on_the_same_cores"] = round(
                 s["tokens_per_s"] / same["tokens_per_s"], 3
             )
