@@ -3,10 +3,22 @@
 - At-least-once: an offset is committed only when the record's outputs were acknowledged
   by the broker, and only up to the lowest record of its partition still in flight.
 - Bounded in-flight records per consumer (fetch only as many as there are free slots).
-- A handler error is retried with exponential backoff; `Rejected` (poison) and exhausted
-  retries write a DLQ record (original bytes, reason, stage, offset) and move on.
+- Any handler failure (any exception, or an attempt longer than SY_STAGE_HANDLER_TIMEOUT_S) is
+  retried with exponential backoff; `Rejected` (poison) and exhausted retries write ONE DLQ
+  record (a bounded excerpt of the input, its size and sha256, the reason as headers too) and
+  the offset moves on. A dead letter is final: nothing reads it back into the stage.
+- `DependencyUnavailable` (object store, Milvus, Triton, registry down) is waited out with
+  backoff until the dependency returns or the stage stops: never counted, never dead-lettered.
+- A record whose handler kills the process is counted in a delivery log that outlives it
+  (shared.deliveries); after SY_STAGE_MAX_DELIVERIES it is dead-lettered unhandled, and a record
+  redelivered after a crash runs alone, so its neighbours are not blamed for it.
+- Nothing a stage writes exceeds SY_MAX_RECORD_BYTES, the limit it enforces on what it reads:
+  an oversized output dead-letters its input instead.
 - Producing outputs is retried until it succeeds or the stage stops: a broker outage is not
-  the record's fault, so it never sends a record to the DLQ.
+  the record's fault, so it never sends a record to the DLQ. A produce the broker can never
+  accept (too large, invalid record) is final and dead-letters the input, once.
+- Ready means flowing: `flowing()` is false while records wait and none finished for
+  SY_STALL_AFTER_S; `Producer.deliverable()` is false while sends fail for that long.
 - `stop()` stops fetching, drains in-flight records (bounded), commits, then closes.
 
 Why not FastStream: its subscriber acks per message, and with concurrent workers it cannot
@@ -26,20 +38,35 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    CorruptRecordException,
+    InvalidMessageError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter, Header
 
 from shared.config import Settings
-from shared.envelope import ErrorCode, Rejected
+from shared.deliveries import DeliveryLog
+from shared.envelope import DependencyUnavailable, ErrorCode, Rejected
 from shared.telemetry import (
     CONSUMER_LAG,
+    DEAD_LETTERS,
+    DEPENDENCY_WAITS,
     ERRORS,
     IN_FLIGHT,
     PRODUCED,
     QUEUE_WAIT_SECONDS,
     RECORDS,
     STAGE_SECONDS,
+    STALLED,
     get_logger,
 )
 
@@ -120,19 +147,43 @@ class Producer:
             request_timeout_ms=30000,
         )
 
+        # Since when sends have been failing with no success after (None: delivering).
+        self._failing_since: float | None = None
+
     async def start(self) -> None:
         await self._p.start()
 
     async def stop(self) -> None:
         await self._p.stop()
 
+    def deliverable(self, stall_after_s: float | None = None) -> bool:
+        """False once sends have failed for SY_STALL_AFTER_S with no acknowledged send since."""
+        since = self._failing_since
+        limit = self._settings.stall_after_s if stall_after_s is None else stall_after_s
+        return since is None or time.monotonic() - since < limit
+
+    def _failed(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+
     async def send_soon(self, r: OutRecord) -> asyncio.Future[object]:
         """Hand a record to the client's batcher; the returned future resolves on the broker's ack."""
         headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
         headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
-        fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
+        try:
+            fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
+        except Exception:
+            self._failed()
+            raise
         PRODUCED.labels(r.topic).inc()
+        fut.add_done_callback(self._acked)
         return fut
+
+    def _acked(self, fut: asyncio.Future[object]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self._failed()
+        else:
+            self._failing_since = None
 
     async def send_all(self, records: Sequence[OutRecord]) -> None:
         """Produce records (batched by the client) and wait for every ack."""
@@ -196,27 +247,90 @@ def backoff_s(attempt: int, base_ms: int, max_ms: int) -> float:
     return random.uniform(0, min(max_ms, base_ms * (2 ** (attempt - 1)))) / 1000.0
 
 
+# A dead letter keeps at most this much of the input, whatever SY_DLQ_MAX_ORIGINAL_BYTES says,
+# and its headers (a foreign producer's, of any size) are cut the same way.
+DLQ_EXCERPT_MAX = 64 * 1024
+_HEADER_VALUE_MAX = 1024
+_HEADERS_MAX = 32
+_REASON_MAX = 1024
+
+# Produce errors a retry cannot cure: the broker will never take these records.
+FINAL_PRODUCE_ERRORS: tuple[type[BaseException], ...] = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    CorruptRecordException,
+    InvalidMessageError,
+    InvalidTopicError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    TopicAuthorizationFailedError,
+    TypeError,
+    ValueError,
+)
+
+# Dead-letter headers, named as Kafka Connect's are, so kcat or any DLQ tool reads the reason.
+DLQ_CODE_HEADER = "sy-error-code"
+DLQ_REASON_HEADER = "sy-error-reason"
+DLQ_STAGE_HEADER = "sy-error-stage"
+
+
+def bounded(text: str, limit: int = _REASON_MAX) -> str:
+    """A reason or id cut to `limit` characters: exception texts may echo the input."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def record_size(r: OutRecord) -> int:
+    """Bytes a record takes on the wire, near enough to hold it to SY_MAX_RECORD_BYTES."""
+    return len(r.value) + len(r.key or b"") + sum(len(k) + len(v or b"") for k, v in r.headers) + 64
+
+
 def dead_letter(
     rec: ConsumerRecord, stage: str, code: str, reason: str, attempts: int, max_bytes: int
 ) -> DeadLetter:
+    """The DLQ record of `rec`: a bounded excerpt, never the whole input (DESIGN §3)."""
     value = rec.value or b""
-    truncated = len(value) > max_bytes
+    keep = min(max_bytes, DLQ_EXCERPT_MAX)
+    key = rec.key or b""
     return DeadLetter(
-        original_value=value[:max_bytes],
-        original_key=rec.key or b"",
-        original_headers=[Header(key=k, value=v or b"") for k, v in (rec.headers or [])],
+        original_value=value[:keep],
+        original_key=key[:_HEADER_VALUE_MAX],
+        original_headers=[
+            Header(key=bounded(k, 256), value=(v or b"")[:_HEADER_VALUE_MAX])
+            for k, v in (rec.headers or [])[:_HEADERS_MAX]
+        ],
         topic=rec.topic,
         partition=rec.partition,
         offset=rec.offset,
         stage=stage,
-        reason=reason,
+        reason=bounded(reason),
         error_code=code,
         attempts=attempts,
         failed_unix_ns=time.time_ns(),
         original_size=len(value),
-        truncated=truncated,
+        truncated=len(value) > keep,
         original_sha256=hashlib.sha256(value).hexdigest(),
     )
+
+
+def dlq_headers(dl: DeadLetter) -> Headers:
+    """What a Kafka tool needs to read a dead letter without our protobuf schema."""
+
+    def ascii_(text: str) -> bytes:
+        return text.encode("ascii", "replace")
+
+    return [
+        (CONTENT_TYPE_HEADER, b"application/x-protobuf"),
+        ("sy-stage", dl.stage.encode()),
+        (DLQ_CODE_HEADER, ascii_(dl.error_code)),
+        (DLQ_REASON_HEADER, ascii_(bounded(dl.reason, 512))),
+        (DLQ_STAGE_HEADER, dl.stage.encode()),
+        ("sy-source-topic", ascii_(dl.topic)),
+        ("sy-source-partition", str(dl.partition).encode()),
+        ("sy-source-offset", str(dl.offset).encode()),
+        ("sy-original-size", str(dl.original_size).encode()),
+        ("sy-original-sha256", dl.original_sha256.encode()),
+    ]
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -407,6 +521,7 @@ class StageConsumer:
         self._stopping = asyncio.Event()
         self._last_commit = 0.0
         self._commit_lock = asyncio.Lock()
+        self._refusal = ""  # why the broker last refused this stage's output for good
         self.consumer = AIOKafkaConsumer(
             **client_kwargs(settings),  # type: ignore[arg-type]
             group_id=group_id,
@@ -425,6 +540,8 @@ class StageConsumer:
         )
         self._fetch_guard = FetchWaitGuard.from_settings(self.consumer, stage, settings)
         self.started = False
+        self._deliveries = DeliveryLog(settings.state_path / f"deliveries-{group_id}.sqlite", group_id)
+        self._last_progress = time.monotonic()  # a record finished, or nothing was waiting
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -434,6 +551,24 @@ class StageConsumer:
 
     def assigned(self) -> bool:
         return bool(self.consumer.assignment())
+
+    def waiting(self) -> bool:
+        """Records are in flight here, or wait in an assigned partition beyond the position."""
+        if self._tasks:
+            return True
+        try:
+            return any(hw is not None and hw > pos for _, pos, hw in _positions(self.consumer))
+        except AttributeError:
+            return False
+
+    def flowing(self) -> bool:
+        """Readiness: false while records wait and none finished for SY_STALL_AFTER_S."""
+        now = time.monotonic()
+        if not self.waiting():
+            self._last_progress = now
+        stalled = now - self._last_progress >= self._s.stall_after_s
+        STALLED.labels(self.stage).set(1 if stalled else 0)
+        return not stalled
 
     async def run(self) -> None:
         """Fetch and dispatch until stop(); then drain, commit and close."""
@@ -447,52 +582,133 @@ class StageConsumer:
                     await self._maybe_commit()
                     continue
                 batch = await self.consumer.getmany(timeout_ms=50, max_records=free)
-                for tp, records in batch.items():
-                    for rec in records:
-                        self._dispatch(tp, rec)
+                if batch:
+                    await self._dispatch_batch(batch)
                 self._update_lag()
                 self._fetch_guard.observe(bool(batch))
                 await self._maybe_commit()
         finally:
             await self._drain()
             await self.consumer.stop()
+            self._deliveries.close()
             self.started = False
 
     async def stop(self) -> None:
         self._stopping.set()
 
     # ------------------------------------------------------------------ work
-    def _dispatch(self, tp: TopicPartition, rec: ConsumerRecord) -> None:
+    async def _dispatch_batch(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Count each record's delivery where a crash cannot lose it, then start its work.
+
+        A record delivered before (its process died with it in flight) runs alone: the others in
+        flight then could not have been what killed the process, and are not counted for it.
+        """
+        recs = [rec for records in batch.values() for rec in records]
+        try:
+            prior = self._deliveries.begin(recs)
+        except Exception as exc:  # noqa: BLE001 - a broken state dir must not stop the stage
+            log.warning("delivery log unavailable; crash counts not kept", stage=self.stage, error=repr(exc))
+            prior = {}
+        for tp, records in batch.items():
+            for rec in records:
+                before = prior.get((rec.topic, rec.partition, rec.offset), 0)
+                if before == 0:
+                    self._dispatch(tp, rec, 1)
+                    continue
+                if self._tasks:
+                    await asyncio.wait(list(self._tasks))
+                # What finished before it is committed first: if it kills the process again,
+                # only it is delivered (and counted) again.
+                await self.commit()
+                try:
+                    self._deliveries.again(rec, before + 1)
+                except Exception as exc:  # noqa: BLE001 - see above
+                    log.warning("delivery log unavailable", stage=self.stage, error=repr(exc))
+                task = self._dispatch(tp, rec, before + 1)
+                await asyncio.wait([task])
+
+    def _dispatch(self, tp: TopicPartition, rec: ConsumerRecord, delivery: int) -> asyncio.Task[None]:
+        if not self._tasks:
+            self._last_progress = time.monotonic()  # work starts from rest: the stall clock too
         self._tracker.add(tp, rec.offset)
-        task = asyncio.create_task(self._process(tp, rec))
+        task = asyncio.create_task(self._process(tp, rec, delivery))
         self._tasks[task] = tp
         task.add_done_callback(self._tasks.pop)
         IN_FLIGHT.labels(self.stage).set(len(self._tasks))
+        return task
 
-    async def _process(self, tp: TopicPartition, rec: ConsumerRecord) -> None:
+    async def _attempt(self, rec: ConsumerRecord) -> Sequence[OutRecord]:
+        """One handler attempt: the input's size first, then the handler within its time limit,
+        then the size of everything it would write."""
+        limit = self._s.max_record_bytes
+        if rec.value is not None and len(rec.value) > limit:
+            raise Rejected(
+                ErrorCode.RECORD_TOO_LARGE,
+                f"record is {len(rec.value)} bytes, limit SY_MAX_RECORD_BYTES={limit} (send media by reference)",
+                http_status=413,
+            )
+        try:
+            outputs = await asyncio.wait_for(self._handler(rec), timeout=self._s.stage_handler_timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"handler took over SY_STAGE_HANDLER_TIMEOUT_S={self._s.stage_handler_timeout_s:g}s"
+            ) from None
+        for r in outputs:
+            if record_size(r) > limit:
+                raise Rejected(
+                    ErrorCode.OUTPUT_TOO_LARGE,
+                    f"the stage's output to {r.topic} would be {record_size(r)} bytes, over "
+                    f"SY_MAX_RECORD_BYTES={limit}",
+                    http_status=413,
+                )
+        return outputs
+
+    async def _process(self, tp: TopicPartition, rec: ConsumerRecord, delivery: int = 1) -> None:
         t0 = time.perf_counter()
         sent = sent_ns(rec)
         if sent is not None:
             QUEUE_WAIT_SECONDS.labels(self.stage, rec.topic).observe(max(0, time.time_ns() - sent) / 1e9)
         outputs: Sequence[OutRecord] | None = None
         attempt = 0
+        waits = 0
         outcome = "ok"
+        if delivery > self._s.stage_max_deliveries:
+            reason = (
+                f"the process handling this record died {delivery - 1} times "
+                f"(SY_STAGE_MAX_DELIVERIES={self._s.stage_max_deliveries})"
+            )
+            outputs, outcome = (
+                self._dead_outputs(rec, ErrorCode.DELIVERIES_EXHAUSTED, reason, delivery - 1),
+                "dlq",
+            )
         while outputs is None:
             attempt += 1
             try:
-                if rec.value is not None and len(rec.value) > self._s.max_record_bytes:
-                    raise Rejected(
-                        ErrorCode.RECORD_TOO_LARGE,
-                        f"record is {len(rec.value)} bytes, limit SY_MAX_RECORD_BYTES={self._s.max_record_bytes}"
-                        " (send media by reference)",
-                        http_status=413,
-                    )
-                outputs = await self._handler(rec)
+                outputs = await self._attempt(rec)
             except asyncio.CancelledError:
                 raise
             except Rejected as exc:
                 outputs = self._dead_outputs(rec, exc.code, exc.reason, attempt)
                 outcome = "dlq"
+            except DependencyUnavailable as exc:
+                # Not the record's fault: wait for the dependency, however long, unless stopping.
+                attempt -= 1
+                waits += 1
+                DEPENDENCY_WAITS.labels(self.stage, exc.dependency).inc()
+                if waits == 1 or waits % 20 == 0:
+                    log.warning(
+                        "dependency unavailable; waiting",
+                        stage=self.stage,
+                        dependency=exc.dependency,
+                        error=str(exc),
+                    )
+                if self._stopping.is_set():
+                    return  # uncommitted: the next start (or another replica) handles it
+                await self._sleep_unless_stopping(
+                    backoff_s(
+                        min(waits, 10), self._s.stage_retry_backoff_ms, self._s.stage_retry_backoff_max_ms
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then DLQ'd
                 ERRORS.labels(self.stage, type(exc).__name__).inc()
                 if attempt >= self._s.stage_max_attempts:
@@ -500,27 +716,59 @@ class StageConsumer:
                     reason = f"failed {attempt} times, last: {type(exc).__name__}: {exc}{cause}"
                     outputs = self._dead_outputs(rec, ErrorCode.RETRIES_EXHAUSTED, reason, attempt)
                     outcome = "dlq"
-                    log.error("giving up on record", stage=self.stage, offset=rec.offset, error=str(exc))
+                    log.error(
+                        "giving up on record",
+                        stage=self.stage,
+                        offset=rec.offset,
+                        error=bounded(str(exc), 300),
+                    )
                 else:
                     log.warning(
                         "handler failed; retrying",
                         stage=self.stage,
                         attempt=attempt,
-                        error=repr(exc),
-                        cause=repr(exc.__cause__) if exc.__cause__ else None,
+                        error=bounded(repr(exc), 300),
+                        cause=bounded(repr(exc.__cause__), 300) if exc.__cause__ else None,
                     )
                     await asyncio.sleep(
                         backoff_s(attempt, self._s.stage_retry_backoff_ms, self._s.stage_retry_backoff_max_ms)
                     )
-        if await self._publish(outputs):
+        published = await self._publish(outputs)
+        if published is None and outcome == "ok":
+            # The broker refused the outputs for good: the input goes to the DLQ instead, once.
+            outputs, outcome = (
+                self._dead_outputs(rec, ErrorCode.PRODUCE_REJECTED, self._refusal, attempt),
+                "dlq",
+            )
+            published = await self._publish(outputs)
+        if published is None:
+            log.error(
+                "dead letter refused by the broker; record dropped", stage=self.stage, offset=rec.offset
+            )
+            ERRORS.labels(self.stage, "dlq_refused").inc()
+            published = True
+        if published:
             self._tracker.done(tp, rec.offset)
+            self._last_progress = time.monotonic()
             RECORDS.labels(self.stage, outcome).inc()
             STAGE_SECONDS.labels(self.stage).observe(time.perf_counter() - t0)
 
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
     def _dead_outputs(self, rec: ConsumerRecord, code: str, reason: str, attempts: int) -> list[OutRecord]:
         ERRORS.labels(self.stage, code).inc()
+        DEAD_LETTERS.labels(self.stage, code).inc()
         log.warning(
-            "record to DLQ", stage=self.stage, code=code, reason=reason, topic=rec.topic, offset=rec.offset
+            "record to DLQ",
+            stage=self.stage,
+            code=code,
+            reason=bounded(reason, 300),
+            topic=rec.topic,
+            offset=rec.offset,
         )
         dl = dead_letter(rec, self.stage, code, reason, attempts, self._s.dlq_max_original_bytes)
         extra: list[OutRecord] = []
@@ -529,16 +777,21 @@ class StageConsumer:
                 extra = list(self._on_dead(rec, dl))
             except Exception as exc:  # noqa: BLE001 - the DLQ record matters more than the reply
                 log.warning("on_dead hook failed", error=str(exc))
+        # A reply onto a topic this stage reads would come back to it (and to every other reader):
+        # a dead letter is final, so such replies are dropped. An oversized one is dropped too.
+        extra = [
+            r for r in extra if r.topic not in self.topics and record_size(r) <= self._s.max_record_bytes
+        ]
         dlq = OutRecord(
-            topic=self._dlq_topic,
-            value=dl.SerializeToString(),
-            key=rec.key,
-            headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf"), ("sy-stage", self.stage.encode())],
+            topic=self._dlq_topic, value=dl.SerializeToString(), key=rec.key, headers=dlq_headers(dl)
         )
+        if rec.key is not None and len(rec.key) > _HEADER_VALUE_MAX:
+            dlq.key = rec.key[:_HEADER_VALUE_MAX]
         return [dlq, *extra]
 
-    async def _publish(self, outputs: Sequence[OutRecord]) -> bool:
-        """Produce until acknowledged; False only if the stage stopped first (record stays uncommitted)."""
+    async def _publish(self, outputs: Sequence[OutRecord]) -> bool | None:
+        """Produce until acknowledged. False: the stage stopped first (the record stays
+        uncommitted); None: the broker can never accept these records (`self._refusal` says why)."""
         attempt = 0
         while True:
             attempt += 1
@@ -547,12 +800,19 @@ class StageConsumer:
                 return True
             except asyncio.CancelledError:
                 raise
-            except KafkaError as exc:
+            except FINAL_PRODUCE_ERRORS as exc:
+                ERRORS.labels(self.stage, "produce_rejected").inc()
+                self._refusal = bounded(
+                    f"the broker refused this stage's output: {type(exc).__name__}: {exc}"
+                )
+                log.warning("produce refused for good", stage=self.stage, error=bounded(repr(exc), 300))
+                return None
+            except Exception as exc:  # noqa: BLE001 - a broker outage: retry until it returns
                 ERRORS.labels(self.stage, "produce_failed").inc()
-                log.warning("produce failed; retrying", stage=self.stage, attempt=attempt, error=str(exc))
+                log.warning("produce failed; retrying", stage=self.stage, attempt=attempt, error=repr(exc))
                 if self._stopping.is_set() and attempt >= 3:
                     return False
-                await asyncio.sleep(backoff_s(attempt, 200, 5000))
+                await asyncio.sleep(backoff_s(min(attempt, 6), 200, 5000))
 
     # ------------------------------------------------------------------ offsets
     async def _maybe_commit(self) -> None:
@@ -572,6 +832,7 @@ class StageConsumer:
                 # Bounded: against a restarted embedded broker a commit would retry forever.
                 await asyncio.wait_for(self.consumer.commit(offsets), timeout=self._s.kafka_commit_timeout_s)
                 self._tracker.mark_committed(offsets)
+                self._deliveries.committed(offsets)
             except (KafkaError, TimeoutError) as exc:
                 ERRORS.labels(self.stage, "commit_failed").inc()
                 log.warning("commit failed; records will be redelivered", stage=self.stage, error=repr(exc))

@@ -170,9 +170,50 @@ class Settings(BaseSettings):
         description="How long `switchyard up` waits for every service to be ready (engines load slowly on busy CPUs)",
     )
     dlq_max_original_bytes: int = Field(
-        default=8 * 1024 * 1024,
+        default=64 * 1024,
         ge=0,
-        description="Original bytes kept in a DLQ record (sha256 and size always)",
+        description="Excerpt of the input kept in a DLQ record (its size and sha256 always); never above SY_MAX_RECORD_BYTES",
+    )
+    stage_handler_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="One handler attempt longer than this fails (retried, then dead-lettered)",
+    )
+    stage_max_deliveries: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Deliveries of a record that kill the process (crash, OOM, SIGKILL) before it is dead-lettered",
+    )
+    state_dir: Path | None = Field(
+        default=None,
+        description="Where delivery counts survive a restart (default: <var_dir>/state; a volume in Kubernetes)",
+    )
+    stall_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="/readyz turns false when records wait and none finished for this long, or the producer cannot deliver",
+    )
+
+    # --- Launcher (`switchyard up` only) -----------------------------------------------
+    launcher_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of `switchyard up`'s own /healthz /readyz /metrics (0: a free port, printed and written to var/run/endpoints.json)",
+    )
+    broker_rss_warn_mb: int = Field(
+        default=2048,
+        ge=0,
+        description="`switchyard up` warns when the embedded broker's RSS crosses this many MiB, and again at each further multiple: the embedded broker keeps every byte in memory until it restarts (0: never warn)",
+    )
+    canary_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="`switchyard up` sends one tiny request through the gateway and one through sy.requests this often while the gateway has no other traffic; a failure makes its /readyz false (0: off)",
+    )
+    canary_timeout_s: float = Field(
+        default=60.0, gt=0, description="A canary request slower than this counts as failed"
     )
 
     # --- Process ---------------------------------------------------------------------
@@ -672,6 +713,10 @@ class Settings(BaseSettings):
     @property
     def object_dir(self) -> Path:
         return self.storage_dir or self.var_dir / "objects"
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir or self.var_dir / "state"
 
     @property
     def adapter_cache_path(self) -> Path:

@@ -34,6 +34,7 @@ __all__ = [
     "ErrorCode",
     "Kind",
     "Priority",
+    "DependencyUnavailable",
     "Rejected",
     "Request",
     "SamplingParams",
@@ -70,6 +71,9 @@ class ErrorCode(StrEnum):
     ADAPTER_NOT_FOUND = "adapter_not_found"
     ADAPTER_INVALID = "adapter_invalid"
     RETRIES_EXHAUSTED = "retries_exhausted"
+    DELIVERIES_EXHAUSTED = "deliveries_exhausted"  # the record's handler killed its process again and again
+    OUTPUT_TOO_LARGE = "output_too_large"
+    PRODUCE_REJECTED = "produce_rejected"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL = "internal"
 
@@ -82,6 +86,19 @@ class Rejected(Exception):
         self.code = str(code)
         self.reason = reason
         self.http_status = http_status
+
+
+class DependencyUnavailable(Exception):
+    """A dependency (object store, Milvus, Triton, the registry) cannot be reached right now.
+
+    Not the record's fault: the bus waits it out with backoff until the dependency returns or the
+    stage stops, and never counts it towards SY_STAGE_MAX_ATTEMPTS or dead-letters for it.
+    """
+
+    def __init__(self, dependency: str, reason: str) -> None:
+        super().__init__(f"{dependency} unavailable: {reason}")
+        self.dependency = dependency
+        self.reason = reason
 
 
 def new_request_id() -> str:

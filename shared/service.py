@@ -74,6 +74,8 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     svc = await build(settings, producer, health)
     for c in svc.consumers:
         health.add_check(f"consumer:{c.stage}", c.assigned)
+        health.add_check(f"flowing:{c.stage}", c.flowing)  # ready means flowing (DESIGN §3)
+    health.add_check("producer", producer.deliverable)
     if svc.app is not None:
         root.router.routes.append(Mount("/", app=svc.app))
     health.built = True

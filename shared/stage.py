@@ -23,11 +23,22 @@ from shared.bus import (
     OutRecord,
     Producer,
     StageConsumer,
+    bounded,
     header,
     sent_ns,
 )
 from shared.config import Settings
-from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope, Kind, decode, encode, set_error, validate
+from shared.envelope import (
+    CONTENT_TYPE_PROTOBUF,
+    REQUEST_ID_RE,
+    TENANT_RE,
+    Envelope,
+    Kind,
+    decode,
+    encode,
+    set_error,
+    validate,
+)
 from shared.telemetry import (
     add_timing,
     bind_request,
@@ -120,27 +131,62 @@ def envelope_handler(
     return on_record
 
 
+# What an error reply keeps of the request's metadata (a batch line's custom_id, say): small
+# entries only, so the reply stays small whatever the producer sent.
+_REPLY_METADATA_MAX = 16
+_REPLY_FIELD_MAX = 256
+
+
+def error_reply(env: Envelope, code: str, reason: str, stage: str, http_status: int) -> Envelope:
+    """The reply a waiting requester gets when its record dies: ids, routing and the reason.
+
+    Built field by field from what the reply's readers need (gateway, batch collector, reward,
+    router), never by clearing fields of the input: a producer can put megabytes into any field,
+    and an echo of them is what looped through every reader of sy.responses (issue 32).
+    """
+    reply = Envelope(
+        request_id=env.request_id,
+        tenant=env.tenant,
+        kind=env.kind,
+        model=bounded(env.model, _REPLY_FIELD_MAX),
+        adapter=bounded(env.adapter, _REPLY_FIELD_MAX),
+        priority=env.priority,
+        reply_to=bounded(env.reply_to, _REPLY_FIELD_MAX),
+        batch_id=bounded(env.batch_id, _REPLY_FIELD_MAX),
+        created_unix_ns=env.created_unix_ns,
+        policy_version=bounded(env.policy_version, _REPLY_FIELD_MAX),
+    )
+    if env.HasField("rollout"):
+        r = env.rollout
+        reply.rollout.rollout_id = bounded(r.rollout_id, _REPLY_FIELD_MAX)
+        reply.rollout.group_index = r.group_index
+        reply.rollout.sample_index = r.sample_index
+        reply.rollout.group_size = r.group_size
+        reply.rollout.num_groups = r.num_groups
+        reply.rollout.accepted_unix_ns = r.accepted_unix_ns
+    for k, v in list(env.metadata.items())[:_REPLY_METADATA_MAX]:
+        if len(k) <= _REPLY_FIELD_MAX and len(v) <= _REPLY_FIELD_MAX:
+            reply.metadata[k] = v
+    return set_error(reply, code, bounded(reason), stage, http_status=http_status)
+
+
 def error_reply_hook(
     stage: str, settings: Settings
 ) -> Callable[[ConsumerRecord, DeadLetter], list[OutRecord]]:
-    """When a record dies, tell whoever waits on its request id why (DESIGN §3)."""
+    """When a record dies, tell whoever waits on its request id why (DESIGN §3).
+
+    Only a record with a valid request id and tenant gets a reply: nobody can be waiting on an
+    id the gateway would never have accepted, and such an id may be the oversized field itself.
+    """
     responses = settings.topic("responses")
 
     def on_dead(rec: ConsumerRecord, dl: DeadLetter) -> list[OutRecord]:
         env = _best_effort_envelope(rec)
-        if env is None or not env.request_id:
+        if env is None or not REQUEST_ID_RE.match(env.request_id) or not TENANT_RE.match(env.tenant):
             return []
         dl.request_id, dl.tenant = env.request_id, env.tenant
-        set_error(
-            env,
-            dl.error_code,
-            dl.reason,
-            stage,
-            http_status=413 if dl.error_code == "record_too_large" else 400,
-        )
-        env.ClearField("request")  # the reply needs the reason, not the (possibly huge) input
-        env.ClearField("media")
-        return [out_record(Emit(responses, env))]
+        status = 413 if dl.error_code in ("record_too_large", "output_too_large") else 400
+        return [out_record(Emit(responses, error_reply(env, dl.error_code, dl.reason, stage, status)))]
 
     return on_dead
 
@@ -152,14 +198,14 @@ def _best_effort_envelope(rec: ConsumerRecord) -> Envelope | None:
         pass
     try:
         obj = json.loads(rec.value or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(obj, dict):
         return None
     rid, tenant = obj.get("request_id"), obj.get("tenant", "")
     if not isinstance(rid, str) or not isinstance(tenant, str):
         return None
-    return Envelope(request_id=rid[:128], tenant=tenant[:64])
+    return Envelope(request_id=rid[:129], tenant=tenant[:65])
 
 
 def envelope_consumer(

@@ -322,6 +322,13 @@ QUEUE_WAIT_SECONDS = Histogram(
 RECORDS = Counter("sy_records_total", "Records handled by a stage, by outcome", ["stage", "outcome"])
 ERRORS = Counter("sy_errors_total", "Stage errors by code", ["stage", "code"])
 IN_FLIGHT = Gauge("sy_in_flight", "Records being handled now", ["stage"])
+DEPENDENCY_WAITS = Counter(
+    "sy_dependency_waits_total",
+    "Handler attempts that found a dependency down and waited",
+    ["stage", "dependency"],
+)
+DEAD_LETTERS = Counter("sy_dead_letters_total", "Records dead-lettered, by reason code", ["stage", "code"])
+STALLED = Gauge("sy_stage_stalled", "1 while records wait and none finished for SY_STALL_AFTER_S", ["stage"])
 CONSUMER_LAG = Gauge(
     "sy_consumer_lag",
     "High watermark minus position, per assigned partition",
