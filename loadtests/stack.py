@@ -119,6 +119,8 @@ def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str
         SY_LOG_LEVEL="WARNING",
         SY_KAFKA_PORT=str(free_port()),
         SY_VLLM_ENABLE_LORA="false",
+        # No canary requests in what a benchmark measures (they would also wake idle readers).
+        SY_CANARY_INTERVAL_S="0",
         PYTHONUNBUFFERED="1",
     )
     env.update(overrides())

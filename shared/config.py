@@ -208,7 +208,7 @@ class Settings(BaseSettings):
         description="`switchyard up` warns when the embedded broker's RSS crosses this many MiB, and again at each further multiple: the embedded broker keeps every byte in memory until it restarts (0: never warn)",
     )
     canary_interval_s: float = Field(
-        default=30.0,
+        default=120.0,
         ge=0,
         description="`switchyard up` sends one tiny request through the gateway and one through sy.requests this often while the gateway has no other traffic; a failure makes its /readyz false (0: off)",
     )

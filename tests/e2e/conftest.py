@@ -39,6 +39,8 @@ class Pipeline:
             SY_MODELS_DIR=str(MODELS_DIR),
             SY_DRAIN_TIMEOUT_S="5",
             PYTHONUNBUFFERED="1",
+            # The launcher's canary sends requests as tenant-a every 30 s idle: not in these tests' counts.
+            SY_CANARY_INTERVAL_S="0",
             SY_API_KEYS=json.dumps({"sk-a": "tenant-a", "sk-b": "tenant-b"}),
             # Repeated temperature-0 prompts would be cache hits; these tests are about serving.
             # The semantic cache has its own tests (tests/integration/test_cache_milvus.py).
