@@ -95,6 +95,21 @@ def all_topics(settings: Settings) -> list[Topic]:
     return [Topic(settings.topic(s.suffix), s.partitions or settings.topic_partitions, s) for s in specs]
 
 
+# Record-batch framing on top of the largest record a stage accepts.
+_BATCH_OVERHEAD = 16 * 1024
+
+
+def topic_configs(t: Topic, settings: Settings) -> dict[str, str]:
+    """Broker-side limits: every topic refuses records over SY_MAX_RECORD_BYTES (plus batch
+    framing), so on Apache Kafka an oversized record from an outside producer is refused at
+    produce time, before any stage reads it. (The embedded broker ignores topic configs; there
+    the first stage dead-letters such a record, once.)"""
+    configs = {"max.message.bytes": str(settings.max_record_bytes + _BATCH_OVERHEAD)}
+    if t.spec.compacted:
+        configs["cleanup.policy"] = "compact"
+    return configs
+
+
 async def ensure_topics(admin: AIOKafkaAdminClient, settings: Settings) -> list[str]:
     """Create the missing topics; return the names created. Safe to repeat."""
     existing = set(await admin.list_topics())
@@ -103,7 +118,7 @@ async def ensure_topics(admin: AIOKafkaAdminClient, settings: Settings) -> list[
             t.name,
             t.partitions,
             settings.topic_replication_factor,
-            topic_configs={"cleanup.policy": "compact"} if t.spec.compacted else {},
+            topic_configs=topic_configs(t, settings),
         )
         for t in all_topics(settings)
         if t.name not in existing

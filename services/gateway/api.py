@@ -51,6 +51,24 @@ class ApiError(Exception):
         self.headers = headers
 
 
+# Room left in a record for its key and headers (trace context, content type, job).
+_RECORD_OVERHEAD = 4096
+
+
+def refuse_oversized(env: Envelope, max_record_bytes: int) -> None:
+    """413 before anything is derived from a request the pipeline would refuse: a record over
+    SY_MAX_RECORD_BYTES is dead-lettered by the first stage that reads it (issue 32)."""
+    size = env.ByteSize()
+    if size + _RECORD_OVERHEAD > max_record_bytes:
+        raise ApiError(
+            413,
+            f"request is {size} bytes once encoded; the pipeline takes at most "
+            f"{max_record_bytes - _RECORD_OVERHEAD} (SY_MAX_RECORD_BYTES): send images and audio "
+            "by object-store URI, or shorten the prompt",
+            "request_too_large",
+        )
+
+
 def _error(
     status: int, message: str, code: str, param: str | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -285,6 +303,7 @@ def create_app(backend: Backend) -> FastAPI:
         await check_model(req.model, tenant, env)
         # A text request is prepared here and goes past preprocess (shared/prepare.py: one hop
         # fewer); media goes through sy.requests. Refusals (context length) answer at once.
+        refuse_oversized(env, s.max_record_bytes)
         topic = await backend.prepare(env, "gateway_accept") if backend.prepare is not None else None
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)

@@ -27,7 +27,7 @@ from shared.service import Service, run_service
 from shared.stage import Emit, out_record
 from shared.telemetry import get_logger
 
-from .api import Backend, BodyLimit, async_result, create_app
+from .api import Backend, BodyLimit, async_result, create_app, refuse_oversized
 from .cache_peek import CachePeek
 from .replies import ReplyRouter, ResultStore
 from .rollouts import RolloutStore, follow_rewards, store_path
@@ -50,6 +50,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     async def submit(env: Envelope, topic: str | None = None) -> None:
         """To sy.requests, or to `topic` when the gateway prepared the request itself."""
+        refuse_oversized(env, settings.max_record_bytes)  # every path in: chat, async, rollouts
         rec: OutRecord = out_record(Emit(topic or requests_topic, env))
         await producer.send(rec)
         for guard in reply_guard:
