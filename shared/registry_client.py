@@ -18,6 +18,8 @@ import httpx
 from pydantic import BaseModel, Field
 
 from shared.config import Settings
+from shared.envelope import DependencyUnavailable
+from shared.outages import REGISTRY
 from shared.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -55,7 +57,8 @@ class Adapter(BaseModel):
 
 
 class RegistryError(RuntimeError):
-    """The registry refused or failed a call; `status` is its HTTP status (0: not reached)."""
+    """The registry refused or failed a call; `status` is its HTTP status (0: no answer, for a
+    reason other than an outage: those raise DependencyUnavailable, see `_DOWN_ERRORS`)."""
 
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
@@ -71,6 +74,19 @@ def _error_message(r: httpx.Response) -> str:
         return str(r.json()["error"]["message"])
     except Exception:  # noqa: BLE001 - any non-OpenAI body
         return r.text[:200]
+
+
+# The registry is down, not the request wrong (issue 32): it cannot be reached, timed out, dropped
+# the connection, or the proxy before it answered 502/503/504. These raise DependencyUnavailable,
+# which the bus waits out instead of dead-lettering. A 404 (unknown or invisible adapter: None or
+# RegistryError(404), so ADAPTER_NOT_FOUND) and every other refusal stay as they were.
+_DOWN_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+_DOWN_STATUS = frozenset({502, 503, 504})
+
+
+def _raise_if_down(r: httpx.Response, what: str) -> None:
+    if r.status_code in _DOWN_STATUS:
+        raise DependencyUnavailable(REGISTRY, f"{what}: HTTP {r.status_code} {_error_message(r)}"[:500])
 
 
 class RegistryClient:
@@ -99,9 +115,13 @@ class RegistryClient:
 
     async def _get(self, tenant: str, path: str, **params: str) -> httpx.Response:
         try:
-            return await self._http.get(path, params=params or None, headers=self._headers(tenant))
+            r = await self._http.get(path, params=params or None, headers=self._headers(tenant))
+        except _DOWN_ERRORS as exc:
+            raise DependencyUnavailable(REGISTRY, f"GET {path}: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise RegistryError(f"registry unreachable: {exc!r}") from exc
+        _raise_if_down(r, f"GET {path}")
+        return r
 
     async def resolve(self, tenant: str, ref: str) -> Manifest | None:
         """The manifest `ref` (name, name@N, name@alias) pins for the tenant; None when unknown."""
@@ -138,6 +158,7 @@ class RegistryClient:
             async with self._http.stream("GET", url, headers=self._headers(tenant)) as r:
                 if r.status_code != 200:
                     await r.aread()
+                    _raise_if_down(r, f"download {name}@{version}/{filename}")
                     raise RegistryError(
                         f"download {name}@{version}/{filename}: {_error_message(r)}", r.status_code
                     )
@@ -156,6 +177,8 @@ class RegistryClient:
                     f"download {name}@{version}/{filename}: sha256 {got} != expected {expected_sha256}"
                 )
             await asyncio.to_thread(os.replace, tmp, dest)
+        except _DOWN_ERRORS as exc:
+            raise DependencyUnavailable(REGISTRY, f"download {name}@{version}/{filename}: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise RegistryError(f"download {name}@{version}/{filename}: {exc!r}") from exc
         finally:

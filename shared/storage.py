@@ -8,23 +8,29 @@ what they download without a second pass over the data.
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import hashlib
+import inspect
 import io
 import json
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, TypeVar, runtime_checkable
 
 from shared.config import Settings
+from shared.envelope import DependencyUnavailable
+from shared.outages import FILESYSTEM_ERRNOS, NETWORK_ERRNOS, OBJECT_STORE, caused_by, network_down
 from shared.telemetry import get_logger
 
 log = get_logger(__name__)
 
+F = TypeVar("F", bound=Callable[..., Any])
 Data = bytes | AsyncIterator[bytes] | Path | str
 """What `put` accepts: the bytes, an async stream of chunks, or the path of a local file."""
 
@@ -35,6 +41,99 @@ CHUNK = 1 << 20
 
 class ObjectNotFound(KeyError):
     """`get`/`stream` of a key that does not exist."""
+
+
+# Outages of the store (issue 32): waited out by the bus, never dead-lettered. A missing object
+# stays ObjectNotFound / None, and a refused request (bad key, access denied) keeps its error.
+# A local directory may be a network mount: besides the network errnos, a full or read-only
+# file system is the store being unavailable for writes, not the record's fault.
+_LOCAL_OUTAGE_ERRNOS = NETWORK_ERRNOS | FILESYSTEM_ERRNOS | {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+_SOURCE_NOTE = "(while reading the data given to put: not an object store outage)"
+
+
+def _from_source(exc: BaseException) -> bool:
+    return _SOURCE_NOTE in getattr(exc, "__notes__", ())
+
+
+def _local_outage(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _LOCAL_OUTAGE_ERRNOS and not _from_source(exc)
+
+
+_S3_DOWN_STATUS = frozenset({500, 502, 503, 504})
+_S3_DOWN_CODES = frozenset(
+    {"ServiceUnavailable", "SlowDown", "InternalError", "RequestTimeout", "XMinioServerNotInitialized"}
+)
+
+
+def _s3_outage(exc: BaseException) -> bool:
+    """Connection refused/reset, timeouts, urllib3's retries used up (MaxRetryError, also after
+    5xx answers), a body cut off (ProtocolError), a 5xx from the server or a proxy before it."""
+    import urllib3.exceptions as u3
+    from minio.error import InvalidResponseError, S3Error, ServerError
+
+    if _from_source(exc):
+        return False
+
+    def one(e: BaseException) -> bool:
+        if isinstance(e, u3.MaxRetryError | u3.ProtocolError | u3.TimeoutError | u3.NewConnectionError):
+            return True
+        if isinstance(e, ServerError):
+            return e.status_code in _S3_DOWN_STATUS
+        if isinstance(e, InvalidResponseError):  # a non-XML answer, e.g. a proxy's 502 page
+            return getattr(e, "_code", 0) in _S3_DOWN_STATUS
+        if isinstance(e, S3Error):
+            status = getattr(e.response, "status", 0)
+            return e.code in _S3_DOWN_CODES or status in _S3_DOWN_STATUS
+        return network_down(e)
+
+    return caused_by(exc, one)
+
+
+def _unavailable(exc: BaseException, what: str) -> DependencyUnavailable:
+    return DependencyUnavailable(OBJECT_STORE, f"{what}: {type(exc).__name__}: {exc}"[:500])
+
+
+def _outages(is_outage: Callable[[BaseException], bool]) -> Callable[[F], F]:
+    """Decorate a store method (a coroutine or an async generator, its first argument the key or
+    prefix): errors `is_outage` recognises leave as DependencyUnavailable, others unchanged."""
+
+    def wrap(exc: Exception, fn: Callable[..., Any], args: tuple[Any, ...]) -> Exception:
+        if isinstance(exc, DependencyUnavailable) or not is_outage(exc):
+            return exc
+        return _unavailable(exc, f"{fn.__name__} {args[0] if args else ''!r}")
+
+    def deco(fn: F) -> F:
+        if inspect.isasyncgenfunction(fn):
+
+            @functools.wraps(fn)
+            async def gen(self: Any, *args: Any, **kw: Any) -> AsyncIterator[bytes]:
+                agen = fn(self, *args, **kw)
+                try:
+                    async for block in agen:
+                        yield block
+                except Exception as exc:
+                    out = wrap(exc, fn, args)
+                    if out is exc:
+                        raise
+                    raise out from exc
+                finally:
+                    await agen.aclose()
+
+            return gen  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        async def call(self: Any, *args: Any, **kw: Any) -> Any:
+            try:
+                return await fn(self, *args, **kw)
+            except Exception as exc:
+                out = wrap(exc, fn, args)
+                if out is exc:
+                    raise
+                raise out from exc
+
+        return call  # type: ignore[return-value]
+
+    return deco
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +194,25 @@ class ObjectStore(Protocol):
 
 
 async def _chunks(data: Data, chunk: int = CHUNK) -> AsyncIterator[bytes]:
-    """Any `Data` as an async stream of chunks (files are read off the event loop)."""
-    if isinstance(data, bytes | bytearray | memoryview):
-        yield bytes(data)
-        return
-    if isinstance(data, Path | str):
-        f = await asyncio.to_thread(open, data, "rb")
-        try:
-            while block := await asyncio.to_thread(f.read, chunk):
-                yield block
-        finally:
-            await asyncio.to_thread(f.close)
-        return
-    async for block in data:
-        yield bytes(block)
+    """Any `Data` as an async stream of chunks (files are read off the event loop). An error of
+    the source is noted as such: a caller's file or upload failing is no outage of the store."""
+    try:
+        if isinstance(data, bytes | bytearray | memoryview):
+            yield bytes(data)
+            return
+        if isinstance(data, Path | str):
+            f = await asyncio.to_thread(open, data, "rb")
+            try:
+                while block := await asyncio.to_thread(f.read, chunk):
+                    yield block
+            finally:
+                await asyncio.to_thread(f.close)
+            return
+        async for block in data:
+            yield bytes(block)
+    except Exception as exc:
+        exc.add_note(_SOURCE_NOTE)
+        raise
 
 
 async def _spool(data: Data, f: BinaryIO) -> tuple[int, str]:
@@ -231,6 +335,7 @@ class LocalStore:
                 parent = parent.parent
 
     # the interface -----------------------------------------------------------------------
+    @_outages(_local_outage)
     async def put(self, key: str, data: Data, content_type: str = "application/octet-stream") -> ObjectInfo:
         path = self._path(key)
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
@@ -249,12 +354,14 @@ class LocalStore:
         log.debug("object stored", key=key, size=size)
         return info
 
+    @_outages(_local_outage)
     async def get(self, key: str) -> bytes:
         try:
             return await asyncio.to_thread(self._path(key).read_bytes)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(key) from None
 
+    @_outages(_local_outage)
     async def stream(self, key: str, chunk: int = CHUNK) -> AsyncIterator[bytes]:
         try:
             f = await asyncio.to_thread(open, self._path(key), "rb")
@@ -266,12 +373,15 @@ class LocalStore:
         finally:
             await asyncio.to_thread(f.close)
 
+    @_outages(_local_outage)
     async def stat(self, key: str) -> ObjectInfo | None:
         return await asyncio.to_thread(self._stat_sync, validate_key(key))
 
+    @_outages(_local_outage)
     async def list(self, prefix: str = "") -> list[ObjectInfo]:
         return await asyncio.to_thread(self._list_sync, validate_prefix(prefix))
 
+    @_outages(_local_outage)
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._delete_sync, validate_key(key))
 
@@ -351,6 +461,7 @@ class S3Store:
 
         return isinstance(exc, S3Error) and (exc.code in _MISSING or exc.response.status == 404)
 
+    @_outages(_s3_outage)
     async def put(self, key: str, data: Data, content_type: str = "application/octet-stream") -> ObjectInfo:
         validate_key(key)
         await self._ready()
@@ -396,6 +507,7 @@ class S3Store:
     async def get(self, key: str) -> bytes:
         return b"".join([b async for b in self.stream(key)])
 
+    @_outages(_s3_outage)
     async def stream(self, key: str, chunk: int = CHUNK) -> AsyncIterator[bytes]:
         validate_key(key)
         await self._ready()
@@ -430,6 +542,7 @@ class S3Store:
             content_type=st.content_type or _DEFAULT_CT,
         )
 
+    @_outages(_s3_outage)
     async def stat(self, key: str) -> ObjectInfo | None:
         validate_key(key)
         await self._ready()
@@ -446,11 +559,13 @@ class S3Store:
                 out.append(info)
         return sorted(out, key=lambda i: i.key)
 
+    @_outages(_s3_outage)
     async def list(self, prefix: str = "") -> list[ObjectInfo]:
         validate_prefix(prefix)
         await self._ready()
         return await asyncio.to_thread(self._list_sync, prefix)
 
+    @_outages(_s3_outage)
     async def delete(self, key: str) -> None:
         validate_key(key)
         await self._ready()

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from shared.cpus import pin_thread, usable_cpus
+from shared.envelope import DependencyUnavailable
 from shared.models.minilm import MAX_TOKENS, export_minilm_onnx
+from shared.outages import TRITON, triton_down
 from shared.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -97,7 +99,12 @@ def load_triton_minilm(url: str, model: str = "all-minilm-l6-v2", timeout_s: flo
         arr = np.asarray([[t.encode()] for t in texts], dtype=np.object_)
         inp = grpcclient.InferInput("TEXT", list(arr.shape), "BYTES")
         inp.set_data_from_numpy(arr)
-        res = client.infer(model, [inp], outputs=[grpcclient.InferRequestedOutput("EMBEDDING")])
+        try:
+            res = client.infer(model, [inp], outputs=[grpcclient.InferRequestedOutput("EMBEDDING")])
+        except Exception as exc:  # Triton down: a write-back waits for it (issue 32)
+            if triton_down(exc):
+                raise DependencyUnavailable(TRITON, f"embedding on {url}: {exc}"[:500]) from exc
+            raise
         return np.asarray(res.as_numpy("EMBEDDING"), dtype=np.float32)
 
     return encode

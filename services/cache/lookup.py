@@ -253,7 +253,10 @@ class SemanticCache:
         return await asyncio.get_running_loop().run_in_executor(self._writer, call)
 
     async def write_back(self, env: Envelope, at_ms: int | None = None) -> str | None:
-        """Store a completed miss; returns why not ("duplicate": this request id has an entry), or None."""
+        """Store a completed miss; returns why not ("duplicate": this request id has an entry), or None.
+
+        Milvus down raises DependencyUnavailable (store.py): the write-back stage waits for it and
+        then stores the entry (a redelivery is deduped by the request id) rather than dropping it."""
         why = self.policy.storable(env)
         if why:
             return why

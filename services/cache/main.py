@@ -25,7 +25,7 @@ from shared.auth import is_internal
 from shared.bus import OutRecord, Producer, follow, off_path_wait_ms
 from shared.config import Settings
 from shared.cpus import parse_cpus
-from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
+from shared.envelope import CONTENT_TYPE_PROTOBUF, DependencyUnavailable, Envelope
 from shared.health import Health
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
@@ -83,6 +83,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         try:
             out = await cache.lookup(env)
         except Exception as exc:  # noqa: BLE001 - a cache failure is a miss, never a failed request
+            # Milvus down (DependencyUnavailable) included: the cache is an optimisation, so the
+            # request goes on as a miss instead of waiting for it.
             log.warning("cache lookup failed", error=repr(exc))
             return [Emit(miss, env)]
         if out.hit:
@@ -97,6 +99,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 why = await cache.write_back(env)
                 if why is None:
                     log.debug("cache entry stored")
+            except DependencyUnavailable:
+                raise  # Milvus (or the embedder's Triton) is down: the bus waits, the entry is kept
             except Exception as exc:  # noqa: BLE001 - never dead-letter (nor error-reply) a served answer
                 log.warning("cache write-back failed", error=repr(exc))
         return []
@@ -359,13 +363,19 @@ def api(
         add_timing(hit, "cache_peek", t0, time.time_ns())
         return Response(hit.SerializeToString(), media_type=CONTENT_TYPE_PROTOBUF)
 
+    async def unavailable(_: Request, exc: Exception) -> Response:
+        """Milvus or the object store is down: 503, so the caller retries (not a 500)."""
+        log.warning("cache API call failed: dependency down", error=str(exc))
+        return JSONResponse({"error": {"message": str(exc), "type": "unavailable"}}, 503)
+
     return Starlette(
+        exception_handlers={DependencyUnavailable: unavailable},
         routes=[
             Route("/v1/cache/peek", peek, methods=["POST"]),
             Route("/v1/cache/stats", stats),
             Route("/v1/cache/entries", purge, methods=["DELETE"]),
             Route("/v1/cache/tenants/{tenant}", tenant, methods=["GET", "PUT", "DELETE"]),
-        ]
+        ],
     )
 
 

@@ -11,19 +11,39 @@ timestamp per collection for the whole process): measured 193 ms for the first r
 insert vs 2 ms, so with Session every lookup that followed a write-back paid ~0.2 s. The write
 path pays it instead: `put` ends with a Session read, so an entry is visible to every lookup
 once `put` returns (and the next `put`'s duplicate check sees it); deletes end with a Strong read.
+
+Outages (issue 32): every call raises DependencyUnavailable("milvus") when Milvus cannot be
+reached or is not serving (see `milvus_down`), so the stage's bus waits rather than dead-letters;
+the callers decide (a lookup is served as a miss, a write-back waits). Other errors (a missing
+collection, a bad filter) keep pymilvus' MilvusException.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from pymilvus import DataType, MilvusClient
+from pymilvus.exceptions import ConnectError, MilvusException, MilvusUnavailableException
+
+from shared.envelope import DependencyUnavailable
+from shared.outages import (
+    GRPC_DEADLINE_EXCEEDED,
+    GRPC_UNAVAILABLE,
+    MILVUS,
+    caused_by,
+    grpc_code,
+    network_down,
+)
 
 from .embed import DIM
 from .keys import CacheKey
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
 OUT_FIELDS = [
@@ -39,6 +59,43 @@ OUT_FIELDS = [
 ]
 CONSISTENCY = "Eventually"  # lookups and counts: never wait for a time tick
 WRITE_CONSISTENCY = "Session"  # the write path's reads: see this process' own inserts
+
+
+# MilvusException codes of a server that is away: 2 is both pymilvus' CONNECT_FAILED ("Fail
+# connecting to server", also raised when a lost connection cannot be re-established) and the
+# server's ServiceUnavailable. pymilvus' retry loop re-raises gRPC errors as MilvusException with
+# the grpc.StatusCode as the code once its retries or timeout are spent.
+_DOWN_CODES = frozenset({2, GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED})
+
+
+def milvus_down(exc: BaseException) -> bool:
+    """Milvus cannot be reached or is not serving now (not: the request is wrong)."""
+
+    def one(e: BaseException) -> bool:
+        if isinstance(e, ConnectError | MilvusUnavailableException):
+            return True
+        if isinstance(e, MilvusException):
+            code = e.code if isinstance(e.code, int) else str(e.code)
+            # The server marks transient states (not ready, unavailable, rate limited) retriable.
+            return code in _DOWN_CODES or (e.retriable and not e.is_input_error)
+        return grpc_code(e) in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED) or network_down(e)
+
+    return caused_by(exc, one)
+
+
+def _outages(fn: F) -> F:
+    """Milvus being down leaves a CacheStore call as DependencyUnavailable("milvus")."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kw: Any) -> Any:
+        try:
+            return fn(*args, **kw)
+        except Exception as exc:
+            if milvus_down(exc):
+                raise DependencyUnavailable(MILVUS, f"{fn.__name__}: {exc}"[:500]) from exc
+            raise
+
+    return call  # type: ignore[return-value]
 
 
 def lit(s: str) -> str:
@@ -119,6 +176,7 @@ class Entry:
 
 
 class CacheStore:
+    @_outages
     def __init__(
         self, uri: str, collection: str = "sy_cache", timeout_s: float = 10.0, partition_key: bool = True
     ) -> None:
@@ -126,6 +184,7 @@ class CacheStore:
         self.client = MilvusClient(uri=uri, timeout=timeout_s)
 
     # ------------------------------------------------------------------ schema
+    @_outages
     def ensure(self) -> None:
         if self.client.has_collection(self.collection):
             fields = {f["name"] for f in self.client.describe_collection(self.collection)["fields"]}
@@ -162,6 +221,7 @@ class CacheStore:
         )
         self.client.load_collection(self.collection)
 
+    @_outages
     def drop(self) -> None:
         self.client.drop_collection(self.collection)
 
@@ -176,6 +236,7 @@ class CacheStore:
         parts = [f"{f} == {lit(sc[f])}" for f in SCOPE_FIELDS] + [f"expires_ms > {at_ms}"]
         return " and ".join(parts + cls._versions(versions))
 
+    @_outages
     def search(
         self,
         key: CacheKey,
@@ -199,6 +260,7 @@ class CacheStore:
         return [_entry(h["entity"], float(h["distance"])) for h in hits]
 
     # ------------------------------------------------------------------ writes
+    @_outages
     def put(
         self,
         key: CacheKey,
@@ -244,6 +306,7 @@ class CacheStore:
             )
         )
 
+    @_outages
     def delete(self, purge: Purge) -> int:
         """Delete the entries the purge matches; returns how many were deleted."""
         return self._delete(purge.filter())
@@ -262,6 +325,7 @@ class CacheStore:
         n = res.get("delete_count", 0) if isinstance(res, dict) else len(res)
         return int(n)
 
+    @_outages
     def count(self) -> int:
         rows = self.client.query(
             self.collection, filter="", output_fields=["count(*)"], consistency_level=CONSISTENCY

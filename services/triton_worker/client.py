@@ -19,11 +19,22 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from shared.envelope import DependencyUnavailable
 from shared.generation import EngineStep, Logprob, StepOutput
+from shared.outages import TRITON, triton_down
 
 
 class TritonError(RuntimeError):
     """Triton answered with an error for this request."""
+
+
+def triton_unavailable(exc: BaseException, what: str) -> DependencyUnavailable | None:
+    """DependencyUnavailable for an error that means Triton is down (gRPC UNAVAILABLE: refused,
+    shutting down, model reloading), else None: the request's own errors stay TritonError/the
+    library's, retried and then dead-lettered (shared/outages.py says why a deadline is one)."""
+    if triton_down(exc):
+        return DependencyUnavailable(TRITON, f"{what}: {type(exc).__name__}: {exc}"[:500])
+    return None
 
 
 def _input(name: str, arr: np.ndarray, dtype: str) -> grpcclient.InferInput:
@@ -109,7 +120,12 @@ class TritonEngine:
 
     async def refresh(self) -> set[str]:
         """The models the server has READY (heartbeats list them; unready ones are refused)."""
-        index = await self.client.get_model_repository_index(as_json=True)
+        try:
+            index = await self.client.get_model_repository_index(as_json=True)
+        except Exception as exc:
+            if (down := triton_unavailable(exc, f"repository index at {self.url}")) is not None:
+                raise down from exc
+            raise
         self.ready_models = {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
         return self.ready_models
 
@@ -208,6 +224,12 @@ class TritonEngine:
                 if finish:
                     return
             raise TritonError("Triton closed the stream before the final response")
+        except Exception as exc:
+            # The aio stream raises grpc's own AioRpcError (not InferenceServerException) when
+            # the server cannot be reached or goes away mid-stream.
+            if (down := triton_unavailable(exc, f"{model} at {self.url}")) is not None:
+                raise down from exc
+            raise
         finally:
             done.set()
             stream.cancel()

@@ -15,6 +15,7 @@ from typing import Any
 
 from shared.envelope import ErrorCode, Rejected
 
+from .client import triton_unavailable
 from .media import VisionSpec
 
 
@@ -43,7 +44,12 @@ class ModelCatalog:
             return self._models[name]
         async with self._lock:
             if name not in self._models:
-                cfg = await self.client.get_model_config(name, as_json=True)
+                try:
+                    cfg = await self.client.get_model_config(name, as_json=True)
+                except Exception as exc:  # Triton down: wait (issue 32); anything else as before
+                    if (down := triton_unavailable(exc, f"config of {name!r}")) is not None:
+                        raise down from exc
+                    raise
                 params = cfg.get("config", cfg).get("parameters", {})
                 weights = params.get("weights", {}).get("string_value") or name
                 model_dir = params.get("model_dir", {}).get("string_value") or ""

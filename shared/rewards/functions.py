@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import regex  # ships with transformers; its matcher takes a timeout (user patterns can backtrack)
 
+from shared.envelope import DependencyUnavailable
 from shared.models import tasks
 from shared.rewards.sandbox import Limits, run_python
 
@@ -443,8 +444,9 @@ async def score_group(
     """Every function over the group, then the weighted sum per sample.
 
     A function that fails on the input scores 0 for the whole group with the error as the note;
-    `RewardUnavailable` (a scorer's service is down) propagates, so the bus retries the group
-    rather than publish rewards that are zero only because a server was away.
+    `RewardUnavailable` (a scorer's service failed the call) and `DependencyUnavailable` (it is
+    down: the bus waits for it) propagate, so the bus retries the group rather than publish
+    rewards that are zero only because a server was away.
     """
     keys = score_keys(items)
     out = [Scored(0.0, {}, {}) for _ in samples]
@@ -452,7 +454,7 @@ async def score_group(
         fn = functions[it.name]
         try:
             scores = await fn.score(samples, it.params)
-        except RewardUnavailable:
+        except (RewardUnavailable, DependencyUnavailable):
             raise
         except Exception as exc:  # noqa: BLE001 - see docstring
             scores = [Score(0.0, f"{type(exc).__name__}: {exc}"[:200])] * len(samples)

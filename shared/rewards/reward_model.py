@@ -8,8 +8,10 @@ Names are overridable per spec (`input_prompt`, `input_completion`, `output`).
 
 Params: `model` (default `reward_model`, the slot in deploy/triton/models), `url` (default
 SY_REWARD_TRITON_URL, else SY_TRITON_URL), `timeout_s` (default 10).
-A server that cannot be reached raises RewardUnavailable (the group is retried, then DLQ'd),
-never a silent zero.
+A server that cannot be reached (gRPC UNAVAILABLE) raises DependencyUnavailable("triton"): the
+bus waits for it to return and never dead-letters the group for it (issue 32). Any other error
+of the call (an unknown model, a deadline) raises RewardUnavailable (the group is retried, then
+DLQ'd). Never a silent zero.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from shared.envelope import DependencyUnavailable
+from shared.outages import TRITON, triton_down
 from shared.rewards.functions import Params, RewardFunction, RewardUnavailable, Sample, Score, _float
 
 
@@ -87,6 +91,8 @@ class TritonRewardModel(RewardFunction):
                 client_timeout=_float(params, "timeout_s", 10.0),
             )
         except InferenceServerException as exc:
+            if triton_down(exc):
+                raise DependencyUnavailable(TRITON, f"reward model {model!r} at {url}: {exc}") from exc
             raise RewardUnavailable(f"reward model {model!r} at {url}: {exc}") from exc
         return parse_scores(result.as_numpy(output), len(samples))
 

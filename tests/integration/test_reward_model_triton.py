@@ -15,7 +15,8 @@ import os
 
 import pytest
 
-from shared.rewards import RewardUnavailable, Sample, SpecItem, default_functions, score_group
+from shared.envelope import DependencyUnavailable
+from shared.rewards import Sample, SpecItem, default_functions, score_group
 
 URL = os.environ.get("TEST_TRITON_URL")
 MODEL = os.environ.get("TEST_TRITON_REWARD_MODEL", "reward_model")
@@ -30,9 +31,9 @@ def test_reward_model_scores_a_group_in_one_call() -> None:
     assert all("reward_model" not in g.notes for g in got)
 
 
-def test_unreachable_triton_is_retryable() -> None:
+def test_unreachable_triton_is_waited_for() -> None:
     fns = default_functions("127.0.0.1:9")
-    with pytest.raises(RewardUnavailable):
+    with pytest.raises(DependencyUnavailable):
         asyncio.run(
             score_group(
                 [Sample("q", "a")], [SpecItem("reward_model", 1.0, {"model": "rm", "timeout_s": "2"})], fns

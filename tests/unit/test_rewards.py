@@ -126,12 +126,13 @@ def test_weighted_combination_and_per_function_scores() -> None:
     assert got[1].notes == {}
 
 
-def test_reward_model_down_is_retryable_not_zero() -> None:
-    from shared.rewards import RewardUnavailable
+def test_reward_model_down_is_waited_for_not_zero() -> None:
+    from shared.envelope import DependencyUnavailable
 
     items = [SpecItem("reward_model", 1.0, {"model": "rm", "timeout_s": "2"})]
-    with pytest.raises(RewardUnavailable):
+    with pytest.raises(DependencyUnavailable) as ei:  # the bus waits; never a zero reward
         run(score_group([Sample("q", "a")], items, FNS))
+    assert ei.value.dependency == "triton"
 
 
 # ----------------------------------------------------------------------------------- sandbox
