@@ -365,7 +365,7 @@ def _positions(consumer: AIOKafkaConsumer) -> Iterator[tuple[TopicPartition, int
             yield tp, st.position, st.highwater
 
 
-def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> None:
+def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> list[TopicPartition]:
     """Read again from the start every partition whose log now ends before this reader's position.
 
     The embedded broker keeps topics in memory and restarts empty; a reader that assigned its
@@ -377,7 +377,7 @@ def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> None:
     try:
         behind = [(tp, pos, hw) for tp, pos, hw in _positions(consumer) if hw is not None and hw < pos]
     except AttributeError:  # an aiokafka without these internals: nothing to check
-        return
+        return []
     for tp, pos, hw in behind:
         log.warning(
             "partition log restarted behind the reader; reading it from the start",
@@ -388,6 +388,7 @@ def rewind_reset_logs(consumer: AIOKafkaConsumer, reader: str) -> None:
             high_watermark=hw,
         )
         consumer.seek(tp, 0)
+    return [tp for tp, _, _ in behind]
 
 
 class FetchWaitGuard:
@@ -584,6 +585,12 @@ class StageConsumer:
                 batch = await self.consumer.getmany(timeout_ms=50, max_records=free)
                 if batch:
                     await self._dispatch_batch(batch)
+                reset = rewind_reset_logs(self.consumer, self.stage)
+                if reset:
+                    # A group whose broker lost its data (the embedded one restarts empty) may
+                    # keep its old position past the new log's end, with no out-of-range error
+                    # to move it: read the new log from its start, commit from scratch.
+                    self._tracker.forget(reset)
                 self._update_lag()
                 self._fetch_guard.observe(bool(batch))
                 await self._maybe_commit()
@@ -879,11 +886,14 @@ async def follow(
     *,
     from_beginning: bool = True,
     client_id: str = "follower",
+    on_reset: Callable[[], None] | None = None,
 ) -> None:
     """Read every partition of a state topic (heartbeats, adapter events) without a group.
 
     Every process that needs the state reads all of it; nothing is committed. A handler
     error is logged and the record skipped: state topics are advisory, never poison.
+    `on_reset` runs when the topic's log restarted behind the reader (a broker that lost its
+    data): the owner of the state publishes it again.
     """
     consumer = AIOKafkaConsumer(
         **client_kwargs(settings),  # type: ignore[arg-type]
@@ -911,7 +921,8 @@ async def follow(
                 await consumer.position(tp)  # resolved now: a record sent from here on is read
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200)
-            rewind_reset_logs(consumer, client_id)
+            if rewind_reset_logs(consumer, client_id) and on_reset is not None:
+                on_reset()
             for records in batch.values():
                 for rec in records:
                     try:

@@ -241,6 +241,12 @@ class Catalog:
             log.error("adapter event not published; will retry", adapter=ev.name, error=repr(exc))
             self._unsent[ev.name] = ev
 
+    def resync_all(self) -> int:
+        """Queue every live adapter's state for publishing again (the topic lost it)."""
+        for s in self.live():
+            self._unsent[s.name] = self._event(s, AdapterEvent.TYPE_UNSPECIFIED)
+        return len(self._unsent)
+
     async def flush_unsent(self) -> int:
         """Retry events that failed (and the start-up resync); returns how many went out."""
         sent = 0

@@ -6,7 +6,7 @@ import asyncio
 
 from switchyard.v1.events_pb2 import AdapterEvent
 
-from shared.bus import OutRecord, Producer
+from shared.bus import OutRecord, Producer, follow
 from shared.config import Settings
 from shared.health import Health
 from shared.service import Service, run_service
@@ -39,7 +39,23 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             except TimeoutError:
                 pass
 
-    return Service([], background=[resend], app=create_app(settings, catalog))
+    def republish() -> None:
+        n = catalog.resync_all()
+        log.warning("sy.adapters lost its log (broker restart); republishing adapter state", adapters=n)
+
+    async def watch(stop: asyncio.Event) -> None:
+        """Follow sy.adapters: a broker that restarted empty (the embedded one keeps topics in
+        memory) has lost every adapter's state, which readers rebuild from it."""
+        while not stop.is_set():
+            try:
+                await follow(
+                    settings, topic, lambda _: None, stop, client_id="registry-watch", on_reset=republish
+                )
+            except Exception as exc:  # noqa: BLE001 - the broker may be down: follow again
+                log.warning("sy.adapters watch failed; again", error=repr(exc))
+                await asyncio.sleep(RETRY_S)
+
+    return Service([], background=[resend, watch], app=create_app(settings, catalog))
 
 
 def main() -> None:
