@@ -76,13 +76,23 @@ class EmbeddedMilvus:
                 if "bind failed" not in str(exc) or attempt == 4:
                     raise
         self.port = int(cfg.get("proxy_port"))
-        self._patch_config(self._embed_etcd_config(int(cfg.get("etcd_port"))))
-        self.metrics_port = free_port(self.host)
+        # The etcd peer and metrics ports are chosen after resolve() let go of the others: the
+        # kernel may hand one of those out again (seen: etcd's peer port on the proxy's, and the
+        # cache waited for a Milvus that never answered).
+        self.metrics_port = self._another_port(ports)
+        self._patch_config(self._embed_etcd_config(int(cfg.get("etcd_port")), self._another_port(ports)))
         return self.uri
 
-    def _embed_etcd_config(self, client_port: int) -> Path:
+    def _another_port(self, taken: list[int]) -> int:
+        """A free port none of `taken` (which it joins)."""
+        while (p := free_port(self.host)) in taken:
+            pass
+        taken.append(p)
+        return p
+
+    def _embed_etcd_config(self, client_port: int, peer_port: int) -> Path:
         """Give the in-process etcd its own loopback peer port (the default 2380 is fixed and shared)."""
-        peer = f"http://{self.host}:{free_port(self.host)}"
+        peer = f"http://{self.host}:{peer_port}"
         client = f"http://{self.host}:{client_port}"
         etcd_yaml = self.base_dir / "configs" / "embed-etcd.yaml"
         etcd_yaml.write_text(
