@@ -7,10 +7,12 @@ import asyncio
 import hashlib
 import time
 
+import pytest
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import DLQ_EXCERPT_MAX, OutRecord, header
+from shared.bus import DLQ_EXCERPT_MAX, OutRecord, Producer, header
 from shared.envelope import DependencyUnavailable, ErrorCode, Rejected
 from tests.helpers.kafka import collect, produce
 from tests.integration.test_bus import _run, _settings
@@ -180,4 +182,24 @@ async def test_readiness_turns_false_while_records_wait_without_progress(broker,
         release.set()
         await consumer.stop()
         await task
+        await producer.stop()
+
+
+async def test_a_producer_that_cannot_deliver_reports_it_until_a_send_succeeds(
+    broker, topics, tmp_path
+) -> None:
+    s = _settings(
+        broker, topics, var_dir=tmp_path, kafka_max_request_bytes=64 * 1024, max_record_bytes=32 * 1024
+    )
+    producer = Producer(s)
+    await producer.start()
+    try:
+        assert producer.deliverable(stall_after_s=0)
+        with pytest.raises(KafkaError):
+            await producer.send(OutRecord(s.topic("prepared"), b"x" * 200_000))
+        assert not producer.deliverable(stall_after_s=0)  # failing since a moment ago
+        assert producer.deliverable(stall_after_s=60)  # ... but not for SY_STALL_AFTER_S yet
+        await producer.send(OutRecord(s.topic("prepared"), b"fine"))
+        assert producer.deliverable(stall_after_s=0)
+    finally:
         await producer.stop()
