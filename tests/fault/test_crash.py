@@ -55,6 +55,21 @@ def pid_of(stack: Pipeline, name: str) -> int | None:
     return ep.get("kafka_pid") if name == "broker" else ep["services"][name]["pid"]
 
 
+def word(i: int) -> str:
+    """A word of its own for request i: the local model copies words exactly ("Repeat: w")."""
+    letters = ""
+    n = i + 26 * 27  # at least three letters
+    while n:
+        n, r = divmod(n, 26)
+        letters += "abcdefghijklmnopqrstuvwxyz"[r]
+    return letters
+
+
+def content(result: dict) -> str:
+    """The answer's text, as GET /v1/requests/{id} shows it."""
+    return str(result["result"]["choices"][0]["message"]["content"]).strip()
+
+
 async def submit(http: httpx.AsyncClient, url: str, rid: str, i: int) -> str:
     """POST until accepted; a dead gateway or broker means retry with the same idempotency key
     (`request_id` in the body). Returns the id the gateway gave (the same on every retry)."""
@@ -63,8 +78,8 @@ async def submit(http: httpx.AsyncClient, url: str, rid: str, i: int) -> str:
         "endpoint": "/v1/chat/completions",
         "body": {
             "model": "sy-tiny",
-            "messages": [{"role": "user", "content": f"What is {i}+1?"}],
-            "max_tokens": 4,
+            "messages": [{"role": "user", "content": f"Repeat: {word(i)}"}],
+            "max_tokens": 16,
             "temperature": 0,
         },
     }
@@ -130,7 +145,31 @@ async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) ->
         dupes = 0
         for rid, first in list(results.items())[:: max(1, len(results) // 50)]:
             again = (await http.get(f"{url}/v1/requests/{gateway_id[rid]}", headers=AUTH, timeout=10)).json()
-            dupes += again.get("choices") != first.get("choices") or again["status"] != first["status"]
+            assert "result" in again or "error" in again, again
+            dupes += again.get("result", {}).get("choices") != first.get("result", {}).get("choices")
+            dupes += again["status"] != first["status"]
+        # The reference: each prompt asked once more of the quiet stack, after every fault.
+        reference: dict[str, str] = {}
+        sem = asyncio.Semaphore(8)
+
+        async def ask(rid: str) -> None:
+            i = int(rid.rsplit("-", 1)[1])
+            async with sem:
+                r = await http.post(
+                    url + "/v1/chat/completions",
+                    headers=AUTH,
+                    timeout=120,
+                    json={
+                        "model": "sy-tiny",
+                        "messages": [{"role": "user", "content": f"Repeat: {word(i)}"}],
+                        "max_tokens": 16,
+                        "temperature": 0,
+                    },
+                )
+            assert r.status_code == 200, r.text
+            reference[rid] = str(r.json()["choices"][0]["message"]["content"]).strip()
+
+        await asyncio.gather(*(ask(rid) for rid, res in results.items() if res["status"] == "completed"))
 
     report: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for rid, ph in phase_of.items():
@@ -141,6 +180,9 @@ async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) ->
             row["lost"] += 1
         elif res["status"] == "completed":
             row["completed"] += 1
+            # Each answer is the one to its own prompt: not empty, not another request's.
+            assert content(res) == reference[rid], (rid, content(res), reference[rid])
+            row["content_is_its_word"] += content(res) == word(int(rid.rsplit("-", 1)[1]))
         else:
             row["failed_with_reason"] += 1
             assert res.get("error", {}).get("message"), res
@@ -158,6 +200,10 @@ async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) ->
     assert sum(r["accepted"] for r in report.values()) == len(phase_of) >= 200
     assert all(r["lost"] == 0 for r in report.values()), dict(report)
     assert dupes == 0
+    # The answers are the model's copies of each request's own word (the model copies exactly;
+    # a few slips are the model's, and the reference above already pins each answer).
+    copied = sum(r["content_is_its_word"] for r in report.values())
+    assert copied >= 0.9 * sum(r["completed"] for r in report.values()), dict(report)
     # An async request has no deadline: routed while the only pool's worker restarts, it waits on
     # the pool's topic (router parking), so everything completes.
     done = sum(r["completed"] for r in report.values())
