@@ -6,6 +6,8 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SY_HEALTH_HOST=0.0.0.0 SY_VAR_DIR=/var/lib/switchyard SY_MODELS_DIR=/models \
     HF_HOME=/var/lib/switchyard/cache/hf HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 WORKDIR /app
+# bubblewrap isolates the untrusted programs of the code_tests reward (without it they are refused).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 # torch first, from PyTorch's CPU index: sentence-transformers (the cache's MiniLM) would otherwise
 # pull the CUDA build and ~3 GiB of NVIDIA libraries into every service.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0

@@ -36,6 +36,8 @@ test: $(STAMP) triton-venv
 	$(BIN)/switchyard models build
 	# batch tests run Celery on a real Redis too (the tests start it on a free port)
 	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
+	# code_tests runs untrusted programs under bubblewrap (without it: score 0, sandbox_unavailable)
+	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap)
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 test-fast: $(STAMP) triton-venv

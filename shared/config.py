@@ -216,6 +216,26 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="A canary request slower than this counts as failed"
     )
 
+    # --- Code sandbox (issue 33: the untrusted programs of the code_tests reward) -------
+    sandbox_bwrap: str = Field(
+        default="bwrap",
+        description="bubblewrap binary (a path, or a name on PATH) that isolates code_tests programs; missing or unusable: code_tests answers sandbox_unavailable",
+    )
+    sandbox_allow_weak: bool = Field(
+        default=False,
+        description="Without OS isolation, run code_tests programs anyway under rlimits and an audit hook, as the service's uid (unsafe: development only)",
+    )
+    sandbox_uid: int = Field(
+        default=64000,
+        ge=1,
+        le=2**31 - 65,
+        description="When the service runs as root, code_tests programs run as one of the 64 uids from this one (one per concurrent program); they must own nothing on the host",
+    )
+    sandbox_url: str = Field(
+        default="",
+        description="A sandbox runner (`python -m shared.rewards.sandbox`; in Kubernetes its own Deployment without secrets or egress) that runs code_tests programs; empty: run them in this process's sandbox",
+    )
+
     # --- Process ---------------------------------------------------------------------
     instance_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",

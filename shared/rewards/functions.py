@@ -24,7 +24,7 @@ import regex  # ships with transformers; its matcher takes a timeout (user patte
 
 from shared.envelope import DependencyUnavailable
 from shared.models import tasks
-from shared.rewards.sandbox import Limits, run_python
+from shared.rewards.sandbox import Limits, SandboxConfig, run_python
 
 Params = Mapping[str, str]
 
@@ -315,15 +315,17 @@ class CodeTests(RewardFunction):
 
     The program is the completion's first ```python block (else its text) followed by the
     tests (references["tests"], or params["tests"]); any failure, timeout, memory or output
-    overrun scores 0 with the reason in the note.
+    overrun scores 0 with the reason in the note. Where the OS sandbox is unavailable (and
+    SY_SANDBOX_ALLOW_WEAK is off) the code is not run: 0 with the note `sandbox_unavailable`.
     """
 
     name = "code_tests"
 
-    def __init__(self, max_parallel: int = 2) -> None:
+    def __init__(self, max_parallel: int = 2, sandbox: SandboxConfig | None = None) -> None:
         import asyncio
 
         self._slots = asyncio.Semaphore(max_parallel)
+        self._sandbox = sandbox  # None: the SY_SANDBOX_* settings
 
     def _limits(self, params: Params) -> Limits:
         timeout = _float(params, "timeout_s", 5.0)
@@ -349,7 +351,7 @@ class CodeTests(RewardFunction):
             return Score(0.0, "no tests")
         program = extract_code(sample.answer_text) + "\n\n" + tests + "\n"
         async with self._slots:
-            result = await run_python(program, self._limits(params))
+            result = await run_python(program, self._limits(params), config=self._sandbox)
         return Score(1.0 if result.passed else 0.0, result.reason())
 
     async def score(self, samples: Sequence[Sample], params: Params) -> list[Score]:
