@@ -112,7 +112,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                         except Rejected:
                             continue
                         if not replies.on_response(env, sent_ns(rec) or 0) and store.is_pending(
-                            env.request_id
+                            env.request_id, env.tenant
                         ):
                             status, result = async_result(env)
                             store.finish(env.request_id, env.tenant, status, result)

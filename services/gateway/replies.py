@@ -137,9 +137,12 @@ class ResultStore:
         with self._lock:
             self._db.execute("DELETE FROM requests WHERE request_id=? AND status='queued'", (request_id,))
 
-    def is_pending(self, request_id: str) -> bool:
+    def is_pending(self, request_id: str, tenant: str) -> bool:
+        """Queued and this tenant's: a record of another tenant under the same id is not its answer."""
         with self._lock:
-            row = self._db.execute("SELECT status FROM requests WHERE request_id=?", (request_id,)).fetchone()
+            row = self._db.execute(
+                "SELECT status FROM requests WHERE request_id=? AND tenant=?", (request_id, tenant)
+            ).fetchone()
         return bool(row) and row[0] == "queued"
 
     def finish(self, request_id: str, tenant: str, status: str, result: dict[str, Any]) -> bool:

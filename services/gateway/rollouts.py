@@ -6,7 +6,9 @@ sy.requests; preprocess fans it out into one request per prompt with n samples. 
 read back from sy.rewards: every gateway instance reads the whole topic (from the start at each
 start) into its own SQLite file (`RolloutStore`), so any instance answers GET for any rollout,
 including jobs a Kafka producer wrote straight to sy.requests. Records are keyed by
-(rollout, group, sample): a redelivered record is stored once.
+(tenant, rollout, group, sample): a redelivered record is stored once, and a rollout id is the
+tenant's own (another tenant may use the same one at the same time: DESIGN §6; the reward
+service's dedupe and the router's pending table are keyed by tenant too).
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ class RolloutStore:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._lock = threading.Lock()
-        self._changed: dict[str, asyncio.Event] = {}  # rollout id -> set when its records arrive
+        # (tenant, rollout id) -> set when its records arrive (rollout ids are per tenant, DESIGN §6)
+        self._changed: dict[tuple[str, str], asyncio.Event] = {}
         with self._lock:
             self._db.executescript(
                 """
@@ -218,10 +221,11 @@ class RolloutStore:
         with self._lock:
             self._add(env)
 
-    def notify(self, rollout_ids: set[str]) -> None:
-        """Wake GETs waiting on these rollouts (call on the event loop, after the records are stored)."""
-        for rid in rollout_ids:
-            ev = self._changed.pop(rid, None)
+    def notify(self, rollouts: set[tuple[str, str]]) -> None:
+        """Wake GETs waiting on these (tenant, rollout id)s (call on the event loop, after the
+        records are stored)."""
+        for key in rollouts:
+            ev = self._changed.pop(key, None)
             if ev is not None:
                 ev.set()
 
@@ -231,11 +235,11 @@ class RolloutStore:
         gateway stored the last record."""
         deadline = time.monotonic() + timeout_s
         while True:
-            ev = self._changed.setdefault(rollout_id, asyncio.Event())
+            ev = self._changed.setdefault((tenant, rollout_id), asyncio.Event())
             found = await asyncio.to_thread(self.get, tenant, rollout_id, False)
             left = deadline - time.monotonic()
             if found is None:
-                self._changed.pop(rollout_id, None)
+                self._changed.pop((tenant, rollout_id), None)
                 return None
             if found["status"] in ("completed", "failed") or left <= 0:
                 return found
@@ -465,7 +469,7 @@ async def _read_rewards(
                     envs.append(env)
         if envs:
             await asyncio.to_thread(store.add_many, envs)
-            store.notify({env.rollout.rollout_id for env in envs})
+            store.notify({(env.tenant, env.rollout.rollout_id) for env in envs})
 
 
 # ----------------------------------------------------------------------------------- routes

@@ -80,7 +80,7 @@ async def follow_rewards(
                     except Rejected:
                         continue
                     if env.rollout.rollout_id:
-                        published.add(env.request_id)
+                        published.add(env)
             if not caught_up.is_set():
                 empty = 0 if batch else empty + 1
                 at_end = True
@@ -99,11 +99,18 @@ async def follow_rewards(
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
-    wrapper = await asyncio.to_thread(isolation)
-    if wrapper:
-        log.info("code sandbox isolation", wrapper=" ".join(wrapper))
+    if settings.sandbox_url:
+        log.info("code_tests programs run in the sandbox runner", url=settings.sandbox_url)
+    elif wrapper := await asyncio.to_thread(isolation):
+        log.info("code sandbox isolation", layers=" ".join(wrapper))
+    elif settings.sandbox_allow_weak:
+        log.warning(
+            "code sandbox WITHOUT OS isolation (SY_SANDBOX_ALLOW_WEAK): rlimits and an audit hook only"
+        )
     else:
-        log.warning("code sandbox without namespaces (unshare unavailable): rlimits and the audit hook only")
+        log.warning(
+            "no OS isolation for code_tests (bubblewrap missing or refused): it answers sandbox_unavailable"
+        )
     registry = RegistryClient(settings)
     functions = default_functions(triton_url_of(settings))
     published = Published(settings.reward_dedupe_capacity)
@@ -133,13 +140,13 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
             env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
         except Rejected:
             return []
-        if env.kind != Kind.KIND_ROLLOUT or env.request_id in published:
+        if env.kind != Kind.KIND_ROLLOUT or env in published:
             return []
         env.rollout.rollout_id = env.rollout.rollout_id or env.request_id
         dl.request_id, dl.tenant = env.request_id, env.tenant
         set_error(env, dl.error_code, dl.reason, "reward", 500)
         out = error_record(env)
-        published.add(out.request_id)
+        published.add(out)
         return [out_record(Emit(rewards, out, key=out.rollout.rollout_id))]
 
     consumer = StageConsumer(

@@ -47,18 +47,22 @@ STALENESS = Histogram(
 
 
 class Published:
-    """Request ids of the records already on sy.rewards, groups and samples (bounded, oldest forgotten first)."""
+    """The records already on sy.rewards, groups and samples (bounded, oldest forgotten first).
+
+    Keyed by (tenant, request id): rollout ids are the client's (`ro-<rollout_id>`), so two
+    tenants' jobs with the same id have the same group and sample request ids (DESIGN §6)."""
 
     def __init__(self, capacity: int = 1_000_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.capacity = capacity
 
-    def __contains__(self, rid: str) -> bool:
-        return rid in self._ids
+    def __contains__(self, env: Envelope) -> bool:
+        return (env.tenant, env.request_id) in self._ids
 
-    def add(self, rid: str) -> None:
-        self._ids[rid] = None
-        self._ids.move_to_end(rid)
+    def add(self, env: Envelope) -> None:
+        key = (env.tenant, env.request_id)
+        self._ids[key] = None
+        self._ids.move_to_end(key)
         while len(self._ids) > self.capacity:
             self._ids.popitem(last=False)
 
@@ -86,7 +90,7 @@ class RewardStage:
             if not env.error.code:
                 return None
             env.rollout.rollout_id = env.request_id  # a job refused before fan-out (Kafka producer, no id)
-        if env.request_id in self.published:
+        if env in self.published:
             DUPLICATES.inc()
             log.info("group already published; redelivery dropped", request_id=env.request_id)
             return None
@@ -101,7 +105,7 @@ class RewardStage:
         out = build_records(env, scored, stale, scoring_s * 1000)
         # A crash between acks can leave some sample records of a group on the topic and not
         # its group record (which goes last): publish only the missing ones.
-        out.samples = [s for s in out.samples if s.request_id not in self.published]
+        out.samples = [s for s in out.samples if s not in self.published]
         SCORING_SECONDS.observe(scoring_s)
         GROUP_COMPLETION_SECONDS.observe(out.group.rollout.group.completion_ms / 1000)
         STALENESS.observe(stale)
@@ -114,8 +118,8 @@ class RewardStage:
         group = result.group if isinstance(result, GroupOutput) else result
         if isinstance(result, GroupOutput):
             for s in result.samples:
-                self.published.add(s.request_id)
-        self.published.add(group.request_id)
+                self.published.add(s)
+        self.published.add(group)
         if isinstance(result, GroupOutput):
             GROUPS.labels("ok").inc()
             SAMPLES.inc(len(result.samples))

@@ -58,7 +58,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     async def handle(env: Envelope) -> list[Emit]:
         emit = route(env)
         if not emit.envelope.HasField("error"):
-            pending.add(env.request_id, env.pool, encode(env))
+            pending.add(env.tenant, env.request_id, env.pool, encode(env))
         return [emit]
 
     def on_heartbeat(rec: object) -> None:
@@ -66,7 +66,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     def on_response(rec: object) -> None:
         env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))  # type: ignore[attr-defined]
-        pending.done(env.request_id)
+        pending.done(env.tenant, env.request_id)
         if env.response.pool and not env.HasField("error"):
             for t in env.timings:
                 if t.stage == "ttft":
@@ -94,7 +94,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                 if state.health(p.name) != "down":
                     continue
                 moved = pending.of_pool(p.name)
-                for rid, item in moved:
+                for (tenant, rid), item in moved:
                     env = decode(item.envelope)
                     age = state.last_seen_age(p.name) or 0.0
                     emit = route(
@@ -110,7 +110,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
                     except Exception as exc:  # noqa: BLE001 - retried on the next pass
                         log.warning("failover send failed", request_id=rid, error=str(exc))
                         continue
-                    pending.add(rid, env.pool, encode(env), failovers=item.failovers + 1)
+                    pending.add(tenant, rid, env.pool, encode(env), failovers=item.failovers + 1)
                     log.info("failed over", request_id=rid, from_pool=p.name, to=env.pool or None)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=period)

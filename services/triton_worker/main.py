@@ -116,8 +116,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         stream = StreamPublisher(producer, stream_topic, env, settings.stream_flush_ms)
         in_flight += 1
         try:
-            # Unique per attempt: a redelivered request may reach Triton while the old one runs.
-            rid = f"{env.request_id}:{time.time_ns()}"
+            # Unique per attempt: a redelivered request may reach Triton while the old one runs,
+            # and per tenant: two tenants may send the same request id (DESIGN §6).
+            rid = f"{env.tenant}/{env.request_id}:{time.time_ns()}"
             async for step in engine.generate(env.model, ids, kw, rid, model.token_text, images):
                 await stream.add(acc.add(step, env.request_id, env.tenant))
         except TritonError as exc:

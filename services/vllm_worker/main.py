@@ -104,8 +104,10 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
         in_flight += 1
         try:
-            # Unique per attempt: a redelivered request may reach this engine while the old one runs.
-            async for out in engine.generate(ids, params, f"{env.request_id}:{time.time_ns()}", lora):
+            # Unique per attempt: a redelivered request may reach this engine while the old one runs,
+            # and per tenant: two tenants may send the same request id (DESIGN §6).
+            attempt = f"{env.tenant}/{env.request_id}:{time.time_ns()}"
+            async for out in engine.generate(ids, params, attempt, lora):
                 await stream.add(acc.add(out, env.request_id, env.tenant))
         finally:
             in_flight -= 1

@@ -166,12 +166,31 @@ def test_adapter_residency_breaks_ties_between_equal_pools() -> None:
 def test_pending_table_tracks_per_pool_bounded_and_expires() -> None:
     t = PendingTable(max_entries=3, ttl_s=10)
     for i, pool in enumerate(["a", "a", "b", "a"]):
-        t.add(f"r{i}", pool, b"x", now=100 + i)
-    assert len(t) == 3 and [r for r, _ in t.of_pool("a")] == ["r1", "r3"]  # r0 evicted (oldest)
-    assert t.done("r1") and not t.done("r1")
-    t.add("r3", "b", b"y", now=104, failovers=1)  # moved on fail-over
-    assert [r for r, _ in t.of_pool("b")] == ["r2", "r3"] and t.of_pool("b")[1][1].failovers == 1
+        t.add("t", f"r{i}", pool, b"x", now=100 + i)
+    assert len(t) == 3 and [r for (_, r), _ in t.of_pool("a")] == ["r1", "r3"]  # r0 evicted (oldest)
+    assert t.done("t", "r1") and not t.done("t", "r1")
+    t.add("t", "r3", "b", b"y", now=104, failovers=1)  # moved on fail-over
+    assert [r for (_, r), _ in t.of_pool("b")] == ["r2", "r3"] and t.of_pool("b")[1][1].failovers == 1
     assert t.expire(now=113.5) == 1 and len(t) == 1
+
+
+def test_pending_table_keeps_two_tenants_with_the_same_request_id_apart() -> None:
+    """Rollout group ids (`ro-<rollout_id>:g<i>`) and Kafka producers' ids are client-chosen."""
+    t = PendingTable(max_entries=10, ttl_s=10)
+    t.add("tenant-a", "ro-x:g0", "a", b"env-a", now=100)
+    t.add("tenant-b", "ro-x:g0", "a", b"env-b", now=101)
+    assert len(t) == 2
+    assert [(k, p.envelope) for k, p in t.of_pool("a")] == [
+        (("tenant-a", "ro-x:g0"), b"env-a"),
+        (("tenant-b", "ro-x:g0"), b"env-b"),
+    ]
+    # tenant-a's answer clears only tenant-a's entry: tenant-b's can still fail over.
+    assert t.done("tenant-a", "ro-x:g0")
+    assert [k for k, _ in t.of_pool("a")] == [("tenant-b", "ro-x:g0")]
+    assert not t.done("tenant-a", "ro-x:g0")
+    # The same tenant sending its id again (a fail-over, a redelivery) replaces its own entry.
+    t.add("tenant-b", "ro-x:g0", "b", b"env-b2", now=102, failovers=1)
+    assert len(t) == 1 and t.of_pool("b")[0][1].envelope == b"env-b2" and t.of_pool("a") == []
 
 
 def test_pool_engine_knobs_pass_through_to_vllm() -> None:
