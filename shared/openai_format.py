@@ -143,8 +143,11 @@ def switchyard_info(env: Envelope, e2e_ms: float | None = None) -> dict[str, Any
     """Per-stage breakdown: hops ("queue") and stages in order; refinements carry a parent."""
     rows = breakdown(env)
     top = [r for r in rows if "parent" not in r]
+    ref = env.adapter_ref
     info: dict[str, Any] = {
         "request_id": env.request_id,
+        # The adapter version that answered (pinned before the cache and the router); None: the base.
+        "adapter": f"{ref.name}@{ref.version}" if ref.name else None,
         "pool": env.response.pool or env.pool,
         "worker": env.response.worker,
         "breakdown": rows,

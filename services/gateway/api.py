@@ -209,22 +209,13 @@ def create_app(backend: Backend) -> FastAPI:
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
 
-    async def check_model(model: str, tenant: str, env: Envelope | None = None) -> None:
-        """A base model, or an adapter the tenant may use (pinned onto `env`); else 404.
-
-        Another tenant's private adapter is 404 too: the answer never confirms it exists.
-        """
-        if model in backend.models:
-            return
-        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+    async def resolve(tenant: str, ref: str, missing: ApiError) -> Any:
+        """The registry's manifest for `ref` as `tenant` sees it; `missing` when unknown or another
+        tenant's private adapter (the answer never confirms it exists); 503 when it is down."""
         if backend.resolve_adapter is None:
             raise missing
         try:
-            parse_ref(model)
-        except ValueError:
-            raise missing from None
-        try:
-            manifest = await backend.resolve_adapter(tenant, model)
+            manifest = await backend.resolve_adapter(tenant, ref)
         except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
             log.warning("registry unavailable", error=str(exc))
             raise ApiError(
@@ -232,10 +223,57 @@ def create_app(backend: Backend) -> FastAPI:
             ) from None
         if manifest is None:
             raise missing
+        return manifest
+
+    async def check_model(model: str, tenant: str, env: Envelope | None = None) -> None:
+        """A base model, or an adapter the tenant may use; else 404.
+
+        With `env`, the adapter is pinned onto it (`adapter_ref`: name@version, owner, sha256)
+        here, before the cache peek, the cache key and the router look at it (DESIGN §6), in both
+        forms: `model=<adapter>` and `model=<base>` with `adapter=<adapter>` pin the same ref.
+        Another tenant's private adapter is 404 too: the answer never confirms it exists.
+        """
+        if env is not None:
+            env.ClearField("adapter_ref")  # only what is resolved here is trusted
+        if model in backend.models:
+            if env is not None and env.adapter:
+                await pin_adapter_field(env, tenant)
+            return
+        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+        try:
+            parse_ref(model)
+        except ValueError:
+            raise missing from None
+        if env is not None and env.adapter and env.adapter != model:
+            raise ApiError(
+                400,
+                f"model {model!r} is not a base model: name the adapter in model or in adapter, not both",
+                "invalid_request",
+                "adapter",
+            )
+        manifest = await resolve(tenant, model, missing)
         if env is not None:
             pinned = ref_from_manifest(manifest, model)
             env.model, env.adapter = pinned.base_model, model
             env.adapter_ref.CopyFrom(pinned)
+
+    async def pin_adapter_field(env: Envelope, tenant: str) -> None:
+        """`model=<base>, adapter=<name[@version|alias]>`: resolved as the tenant, for that base."""
+        ref = env.adapter
+        try:
+            parse_ref(ref)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), "invalid_request", "adapter") from None
+        missing = ApiError(404, f"adapter {ref!r} does not exist", ErrorCode.ADAPTER_NOT_FOUND, "adapter")
+        pinned = ref_from_manifest(await resolve(tenant, ref, missing), ref)
+        if pinned.base_model != env.model:
+            raise ApiError(
+                400,
+                f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
+                "invalid_request",
+                "adapter",
+            )
+        env.adapter_ref.CopyFrom(pinned)
 
     def check_ready() -> None:
         if backend.draining():
@@ -367,7 +405,7 @@ def create_app(backend: Backend) -> FastAPI:
                 _sse(env, waiter, n, created, deadline_s, include_usage, finish_timings, release),
                 s.gateway_stream_write_timeout_s,
                 media_type="text/event-stream",
-                headers={"X-Request-Id": rid, "Cache-Control": "no-cache"},
+                headers={"X-Request-Id": rid, "Cache-Control": "no-cache", **adapter_header(env)},
             )
         try:
             final = await asyncio.wait_for(
@@ -383,7 +421,9 @@ def create_app(backend: Backend) -> FastAPI:
         if final.error.code:
             raise ApiError(final.error.http_status or 500, final.error.message, final.error.code)
         e2e = finish_timings(final)
-        return JSONResponse(response_body(final, created, e2e), headers={"X-Request-Id": rid})
+        return JSONResponse(
+            response_body(final, created, e2e), headers={"X-Request-Id": rid, **adapter_header(final)}
+        )
 
     async def _sse(
         env: Envelope,
@@ -561,6 +601,13 @@ def create_app(backend: Backend) -> FastAPI:
     )
     app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
+
+
+def adapter_header(env: Envelope) -> dict[str, str]:
+    """`X-Switchyard-Adapter: name@version`, the adapter version that answered (also the body's
+    `switchyard.adapter`); nothing for the base model."""
+    ref = env.adapter_ref
+    return {"X-Switchyard-Adapter": f"{ref.name}@{ref.version}"} if ref.name else {}
 
 
 def async_result(env: Envelope) -> tuple[str, dict[str, Any]]:
