@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loadtests import (
     batch,
+    broker_capacity,
     bus,
     cache,
     cache_eval,
@@ -34,6 +35,7 @@ SCENARIOS = {
     "batch": batch.run,
     "pools": pools.run,
     "soak": soak.run,
+    "broker-capacity": broker_capacity.run,
     "reliability": reliability.run,  # after soak: its table takes the soak's figures
 }
 
