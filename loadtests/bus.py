@@ -118,6 +118,7 @@ async def stage_throughput(bootstrap: str, n: int, max_in_flight: int, var_dir: 
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
+        SY_ENV="dev",
         SY_KAFKA_BOOTSTRAP=bootstrap,
         SY_TOPIC_PREFIX=prefix,
         SY_HEALTH_PORT=str(free_port()),

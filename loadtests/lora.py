@@ -184,6 +184,7 @@ class Stack:
         port = free_port()
         env = dict(self.env)
         env.update(
+            SY_ENV="dev",
             SY_KAFKA_BOOTSTRAP=self.endpoints["kafka"],
             SY_HEALTH_PORT=str(port),
             SY_INSTANCE_ID=f"vllm_worker-{i}",

@@ -2,6 +2,10 @@
 
 Compared in constant time (hmac.compare_digest) so a key can't be guessed byte by byte from
 response timings. One place, so every service checks them the same way.
+
+SY_API_KEYS may hold a key's SHA-256 (`sha256:<hex>`, printed by `switchyard hash-key`) instead
+of the key: a leaked config or Secret then gives nobody a working key. Production mode accepts
+only hashed keys (shared/production.py).
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ import hmac
 from collections.abc import Mapping
 
 from shared.config import Settings
+from shared.production import HASH_PREFIX, hash_key
+
+__all__ = ["HASH_PREFIX", "bearer", "hash_key", "is_internal", "tenant_for_key"]
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -22,8 +29,10 @@ def bearer(authorization: str | None) -> str | None:
 def tenant_for_key(api_keys: Mapping[str, str], key: str) -> str | None:
     """The tenant an API key belongs to; None for an unknown key."""
     found = None
+    hashed = hash_key(key).encode()
     for known, tenant in api_keys.items():
-        if hmac.compare_digest(known.encode(), key.encode()):
+        given = hashed if known.startswith(HASH_PREFIX) else key.encode()
+        if hmac.compare_digest(known.encode(), given):
             found = tenant
     return found
 

@@ -28,9 +28,16 @@ def _with_running_broker(settings: Settings) -> Settings:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from shared.launcher import available_services, up
+    from shared.production import HeldSecrets
     from shared.telemetry import configure_logging
 
-    settings = _settings()
+    settings = _settings(  # it starts every service: the secrets of all of them
+        lambda s: HeldSecrets(
+            tenant_keys=s.api_keys,
+            token=s.internal_token.get_secret_value(),
+            signing_secrets={t: v.get_secret_value() for t, v in s.ingest_secrets.items()},
+        )
+    )
     configure_logging("launcher", "WARNING", settings.log_format)
     names = available_services()
     if args.services:
@@ -166,12 +173,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0 if a["completed"] else 1
 
 
+def cmd_hash_key(args: argparse.Namespace) -> int:
+    from shared.auth import hash_key
+
+    print(hash_key(args.key))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start the embedded parts and every service")
     p_up.add_argument("--services", help="comma-separated subset of services to start")
     p_up.set_defaults(func=cmd_up)
+    p_hash = sub.add_parser("hash-key", help="print the sha256:<hex> form of an API key for SY_API_KEYS")
+    p_hash.add_argument("key")
+    p_hash.set_defaults(func=cmd_hash_key)
     p_topics = sub.add_parser("topics", help="list topics with record counts and consumer lag")
     p_topics.add_argument("--json", action="store_true")
     p_topics.add_argument(

@@ -322,6 +322,28 @@ class Settings(BaseSettings):
         default=24 * 3600, gt=0, description="How long async results are kept"
     )
 
+    # --- Security (issue 33: tenants, the Kafka trust boundary, secrets) ------------------
+    env: Literal["dev", "production"] | None = Field(
+        default=None,
+        description="dev or production. Unset: production when SY_KAFKA_BOOTSTRAP, SY_MILVUS_URI or SY_S3_ENDPOINT "
+        "is set (`switchyard up` sets dev for the embedded stack). Production refuses default secrets and "
+        "plain-text API keys, and requires signed Kafka ingest",
+    )
+    kafka_ingest_auth: Literal["auto", "off", "required"] = Field(
+        default="auto",
+        description="required: a record on sy.requests must carry a valid sy-signature (else DLQ, unauthenticated); "
+        "off: trusted, with a warning at start-up; auto: required in production, off in dev",
+    )
+    ingest_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="JSON map tenant -> HMAC secret its Kafka producers sign sy.requests records with (docs/security.md)",
+    )
+    ingest_max_skew_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A signed record's timestamp may be this far from now (bounds replays)",
+    )
+
     # --- Object storage and adapter registry --------------------------------------------
     s3_endpoint: str | None = Field(
         default=None,
@@ -719,6 +741,19 @@ class Settings(BaseSettings):
         if self.max_record_bytes > self.kafka_max_request_bytes:
             raise ValueError("SY_MAX_RECORD_BYTES cannot exceed SY_KAFKA_MAX_REQUEST_BYTES")
         return self
+
+    @property
+    def production(self) -> bool:
+        """Production mode: SY_ENV=production, or unset with a production endpoint configured."""
+        if self.env is not None:
+            return self.env == "production"
+        return any((self.kafka_bootstrap, self.milvus_uri, self.s3_endpoint))
+
+    @property
+    def ingest_auth_required(self) -> bool:
+        if self.kafka_ingest_auth == "auto":
+            return self.production
+        return self.kafka_ingest_auth == "required"
 
     @property
     def model_dir(self) -> Path:

@@ -75,6 +75,7 @@ class ErrorCode(StrEnum):
     OUTPUT_TOO_LARGE = "output_too_large"
     PRODUCE_REJECTED = "produce_rejected"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    UNAUTHENTICATED = "unauthenticated"  # an ingest record that does not prove its tenant (issue 33)
     INTERNAL = "internal"
 
 

@@ -310,6 +310,9 @@ class Launcher:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["SY_KAFKA_BOOTSTRAP"] = self.bootstrap
+        # The children see the embedded parts' addresses as set endpoints: tell them which mode
+        # the user's own settings mean (dev unless they named a production endpoint or SY_ENV).
+        env["SY_ENV"] = "production" if self.s.production else "dev"
         env["SY_HEALTH_PORT"] = str(port)
         env["SY_INSTANCE_ID"] = f"{name}-1"
         env.setdefault("SY_VAR_DIR", str(self.s.var_dir))

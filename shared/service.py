@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 from shared.bus import Producer, StageConsumer
 from shared.config import ConfigError, Settings, load_settings
 from shared.health import Health, HttpServer, health_app
+from shared.production import HeldSecrets, refuse_unsafe_production
 from shared.telemetry import (
     configure_logging,
     configure_tracing,
@@ -48,9 +49,17 @@ class Service:
 Builder = Callable[[Settings, Producer, Health], Awaitable[Service]]
 
 
-def settings_or_exit() -> Settings:
+SecretsOf = Callable[[Settings], HeldSecrets]
+
+
+def settings_or_exit(secrets: SecretsOf | None = None) -> Settings:
+    """The settings, or exit 2 with the reason. `secrets`: what a serving process holds, which
+    production mode refuses when a default, too short or in plain text (shared/production.py)."""
     try:
-        return load_settings()
+        settings = load_settings()
+        if secrets is not None:
+            refuse_unsafe_production(settings, secrets(settings))
+        return settings
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
@@ -111,9 +120,10 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
         raise SystemExit(1)
 
 
-def run_service(name: str, build: Builder) -> None:
-    """Entry point of a stage service process."""
-    settings = settings_or_exit()
+def run_service(name: str, build: Builder, secrets: SecretsOf) -> None:
+    """Entry point of a stage service process; `secrets`: the ones it holds, which production
+    mode checks (shared/production.py)."""
+    settings = settings_or_exit(secrets)
     configure_logging(name, settings.log_level, settings.log_format, settings.log_redact_prompts)
     configure_tracing(name, settings.trace_file, settings.trace_sample_ratio)
     register_gpu_metrics()

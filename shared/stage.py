@@ -33,6 +33,7 @@ from shared.envelope import (
     REQUEST_ID_RE,
     TENANT_RE,
     Envelope,
+    ErrorCode,
     Kind,
     decode,
     encode,
@@ -59,6 +60,8 @@ class Emit:
 
 
 EnvelopeHandler = Callable[[Envelope], Awaitable[list[Emit]]]
+# Checks a decoded record before its handler sees it (the ingest signature); raises Rejected.
+RecordCheck = Callable[[ConsumerRecord, Envelope], None]
 
 
 def job_of(env: Envelope) -> str:
@@ -91,6 +94,7 @@ def envelope_handler(
     *,
     validate_input: bool = True,
     jobs: Collection[str] | None = None,
+    check: RecordCheck | None = None,
 ) -> Handler:
     """Wrap a plain envelope handler into a bus handler.
 
@@ -109,6 +113,8 @@ def envelope_handler(
                 return []
         received = time.time_ns()
         env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+        if check is not None:
+            check(rec, env)
         if validate_input:
             validate(env)
         sent = sent_ns(rec)
@@ -177,10 +183,14 @@ def error_reply_hook(
 
     Only a record with a valid request id and tenant gets a reply: nobody can be waiting on an
     id the gateway would never have accepted, and such an id may be the oversized field itself.
+    An unauthenticated record gets none either: its ids are a stranger's claim, and a reply
+    would fail whatever request of that tenant really has them.
     """
     responses = settings.topic("responses")
 
     def on_dead(rec: ConsumerRecord, dl: DeadLetter) -> list[OutRecord]:
+        if dl.error_code == ErrorCode.UNAUTHENTICATED:
+            return []
         env = _best_effort_envelope(rec)
         if env is None or not REQUEST_ID_RE.match(env.request_id) or not TENANT_RE.match(env.tenant):
             return []
@@ -218,6 +228,7 @@ def envelope_consumer(
     validate_input: bool = True,
     max_in_flight: int | None = None,
     fetch_max_wait_ms: int | None = None,
+    check: RecordCheck | None = None,
 ) -> StageConsumer:
     """A StageConsumer of envelopes from topic `source` (a suffix such as "requests");
     `fetch_max_wait_ms` overrides SY_KAFKA_FETCH_MAX_WAIT_MS (off-path readers poll less)."""
@@ -225,7 +236,7 @@ def envelope_consumer(
         stage=stage,
         topics=[settings.topic(source)],
         group_id=f"{settings.topic_prefix}{stage}",
-        handler=envelope_handler(stage, handle, validate_input=validate_input),
+        handler=envelope_handler(stage, handle, validate_input=validate_input, check=check),
         producer=producer,
         settings=settings,
         dlq_topic=settings.topic("dlq"),

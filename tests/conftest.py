@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,11 @@ import pytest
 from shared.config import load_settings
 from shared.embedded.kafka import EmbeddedKafka
 from shared.kafka_admin import create_topics
+
+# The tests point services at their own brokers and stores, which production mode would read as
+# production endpoints (shared/config.py Settings.production); they run in dev mode unless a test
+# sets SY_ENV=production itself (tests/unit/test_security_config.py).
+os.environ.setdefault("SY_ENV", "dev")
 
 _prefix_counter = itertools.count()
 

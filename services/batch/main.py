@@ -20,6 +20,7 @@ from shared.celery_app import QUEUE, RUN_BATCH, make_celery
 from shared.config import Settings
 from shared.embedded.procs import die_with_parent, stop_process
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.stage import envelope_handler
 from shared.storage import open_store
@@ -155,7 +156,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("batch", build)
+    run_service("batch", build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 
 if __name__ == "__main__":

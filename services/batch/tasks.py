@@ -14,6 +14,8 @@ from shared.bus import Producer
 from shared.celery_app import RUN_BATCH, make_celery
 from shared.config import Settings
 from shared.envelope import Envelope
+from shared.ingest_auth import ServiceSigner
+from shared.production import HeldSecrets
 from shared.registry_client import RegistryClient, RegistryError
 from shared.service import settings_or_exit
 from shared.stage import Emit, out_record
@@ -22,7 +24,7 @@ from shared.telemetry import configure_logging, get_logger
 
 from .job import BatchJob
 
-settings = settings_or_exit()
+settings = settings_or_exit(lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 configure_logging("batch-worker", settings.log_level, settings.log_format)
 app = make_celery(settings)
 log = get_logger(__name__)
@@ -34,9 +36,10 @@ async def run_job(settings: Settings, tenant: str, batch_id: str) -> str:
     await producer.start()
     registry = RegistryClient(settings)
     requests_topic = settings.topic("requests")
+    signer = ServiceSigner(settings)
 
     async def publish(envs: list[Envelope]) -> None:
-        await producer.send_all([out_record(Emit(requests_topic, e)) for e in envs])
+        await producer.send_all([signer.sign(out_record(Emit(requests_topic, e))) for e in envs])
 
     async def known_model(tenant: str, model: str) -> bool:
         if model in base_models:

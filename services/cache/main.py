@@ -27,6 +27,7 @@ from shared.config import Settings
 from shared.cpus import parse_cpus
 from shared.envelope import CONTENT_TYPE_PROTOBUF, DependencyUnavailable, Envelope
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.storage import ObjectNotFound, ObjectStore, open_store
@@ -380,7 +381,7 @@ def api(
 
 
 def main() -> None:
-    run_service("cache", build)
+    run_service("cache", build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from shared.bus import (
 from shared.config import Settings
 from shared.envelope import Envelope, Rejected, decode
 from shared.health import Health
+from shared.ingest_auth import ServiceSigner
 from shared.prepare import TextPreparer
+from shared.production import HeldSecrets
 from shared.registry_client import RegistryClient
 from shared.service import Service, run_service
 from shared.stage import Emit, out_record
@@ -44,6 +46,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     replies = ReplyRouter()
     store = ResultStore(settings.var_dir / "gateway" / f"{settings.instance_id}.sqlite")
     requests_topic = settings.topic("requests")
+    signer = ServiceSigner(settings)
     responses_topic, stream_topic = settings.topic("responses"), settings.topic("stream")
     reader_ready = asyncio.Event()
     reply_guard: list[FetchWaitGuard] = []  # the reply reader's, once it runs
@@ -52,7 +55,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         """To sy.requests, or to `topic` when the gateway prepared the request itself."""
         refuse_oversized(env, settings.max_record_bytes)  # every path in: chat, async, rollouts
         rec: OutRecord = out_record(Emit(topic or requests_topic, env))
-        await producer.send(rec)
+        await producer.send(signer.sign(rec))  # signed: preprocess may require it (issue 33)
         for guard in reply_guard:
             guard.wake()  # an answer is coming: no idle fetch wait on the reply reader
 
@@ -200,7 +203,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("gateway", build)
+    run_service(
+        "gateway",
+        build,
+        secrets=lambda s: HeldSecrets(tenant_keys=s.api_keys, token=s.internal_token.get_secret_value()),
+    )
 
 
 if __name__ == "__main__":

@@ -27,10 +27,11 @@ class AdapterPinner:
 
     async def pin(self, env: Envelope) -> None:
         """Fill `env.adapter_ref` (and `env.model` when it named the adapter); Rejected if not servable."""
+        if env.adapter_ref.name:
+            await self._repin(env)
+            return
         if not env.adapter and (not env.model or env.model in self.base_models):
             return  # a base model, or no model at all (validation says so)
-        if env.adapter and env.adapter_ref.name and env.adapter_ref.version:
-            return  # already pinned (a redelivery, or a trusted producer)
         named_by_model = not env.adapter
         ref = env.adapter or env.model
         try:
@@ -57,6 +58,39 @@ class AdapterPinner:
                 f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
                 400,
             )
+        env.adapter_ref.CopyFrom(pinned)
+        add_timing(
+            env,
+            "adapter_resolve",
+            start,
+            time.time_ns(),
+            parent="preprocess",
+            adapter=f"{pinned.name}@{pinned.version}",
+        )
+
+    async def _repin(self, env: Envelope) -> None:
+        """A ref pinned before the record got here is trusted by nobody: any producer can write
+        one, naming another tenant's private adapter (issue 33). It is resolved again as the
+        record's own tenant, and the registry's answer replaces whatever the record claimed."""
+        given = env.adapter_ref
+        ref = f"{given.name}@{given.version}" if given.version else given.name
+        try:
+            parse_ref(ref)
+        except ValueError as exc:
+            raise Rejected(ErrorCode.INVALID_REQUEST, f"adapter_ref: {exc}", 400) from exc
+        start = time.time_ns()
+        manifest = await self._resolve(env.tenant, ref)
+        if manifest is None:
+            raise Rejected(ErrorCode.ADAPTER_NOT_FOUND, f"adapter {ref!r} does not exist", 404)
+        pinned = ref_from_manifest(manifest, given.requested or env.adapter or ref)
+        if env.model and env.model != pinned.base_model and env.model != (env.adapter or given.name):
+            raise Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
+                400,
+            )
+        env.model = pinned.base_model
+        env.adapter = env.adapter or pinned.requested
         env.adapter_ref.CopyFrom(pinned)
         add_timing(
             env,

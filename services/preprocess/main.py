@@ -3,20 +3,27 @@ answer (process wiring only)."""
 
 from __future__ import annotations
 
+from aiokafka.structs import ConsumerRecord
+
 from shared.bus import Producer
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, set_error
 from shared.health import Health
+from shared.ingest_auth import IngestVerifier
 from shared.prepare import Preprocessor, TokenCounter, next_topic
+from shared.production import HeldSecrets
 from shared.registry_client import RegistryClient
 from shared.rewards import default_functions, triton_url_of
 from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
+from shared.stage import Emit, RecordCheck, envelope_consumer
 from shared.storage import open_store
+from shared.telemetry import get_logger
 
 from .adapters import AdapterPinner
 from .media_stage import MediaStage
 from .rollouts import fan_out
+
+log = get_logger(__name__)
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
@@ -52,11 +59,41 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         await media.commit(env, found)  # stores blobs only for a request that passed every check
         return [Emit(next_topic(env, settings), env)]
 
-    return Service([envelope_consumer("preprocess", "requests", handle, producer, settings)])
+    return Service(
+        [
+            envelope_consumer(
+                "preprocess", "requests", handle, producer, settings, check=ingest_check(settings)
+            )
+        ]
+    )
+
+
+def ingest_check(settings: Settings) -> RecordCheck | None:
+    """The Kafka trust boundary (docs/security.md): with SY_KAFKA_INGEST_AUTH required, a record
+    that does not prove its tenant is dead-lettered as `unauthenticated` before anything reads it."""
+    if not settings.ingest_auth_required:
+        log.warning(
+            "kafka ingest is not authenticated: any producer on sy.requests can act as any tenant "
+            "(SY_KAFKA_INGEST_AUTH=required in production)"
+        )
+        return None
+    verifier = IngestVerifier.from_settings(settings)
+
+    def check(rec: ConsumerRecord, env: Envelope) -> None:
+        verifier.verify(rec.value or b"", rec.headers, env)
+
+    return check
 
 
 def main() -> None:
-    run_service("preprocess", build)
+    run_service(
+        "preprocess",
+        build,
+        secrets=lambda s: HeldSecrets(
+            token=s.internal_token.get_secret_value(),
+            signing_secrets={t: v.get_secret_value() for t, v in s.ingest_secrets.items()},
+        ),
+    )
 
 
 if __name__ == "__main__":

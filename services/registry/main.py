@@ -9,6 +9,7 @@ from switchyard.v1.events_pb2 import AdapterEvent
 from shared.bus import OutRecord, Producer, follow
 from shared.config import Settings
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.storage import open_store
 from shared.telemetry import get_logger
@@ -59,7 +60,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("registry", build)
+    run_service(
+        "registry",
+        build,
+        secrets=lambda s: HeldSecrets(tenant_keys=s.api_keys, token=s.internal_token.get_secret_value()),
+    )
 
 
 if __name__ == "__main__":

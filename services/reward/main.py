@@ -29,6 +29,7 @@ from shared.bus import (
 from shared.config import Settings
 from shared.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.registry_client import RegistryClient
 from shared.rewards import default_functions, triton_url_of
 from shared.rewards.sandbox import isolation
@@ -182,7 +183,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("reward", build)
+    run_service("reward", build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 
 if __name__ == "__main__":

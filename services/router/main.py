@@ -16,6 +16,7 @@ from shared.bus import CONTENT_TYPE_HEADER, Producer, follow, header
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, decode, encode, set_error
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer, out_record
 from shared.telemetry import add_timing, get_logger
@@ -124,7 +125,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("router", build)
+    run_service("router", build, secrets=lambda _: HeldSecrets())  # it holds no secret
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from shared.envelope import Envelope, ErrorCode, Rejected, set_error
 from shared.generation import Accumulator, deadline_error, deadline_passed, prompt_token_ids, sampling_kwargs
 from shared.health import Health
 from shared.model_version import fingerprint
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 from shared.storage import open_store
@@ -183,7 +184,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service(STAGE, build)
+    run_service(STAGE, build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 
 if __name__ == "__main__":

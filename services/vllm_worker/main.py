@@ -23,6 +23,7 @@ from shared.generation import (
 )
 from shared.health import Health
 from shared.model_version import fingerprint
+from shared.production import HeldSecrets
 from shared.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
@@ -181,7 +182,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("vllm_worker", build)
+    run_service(
+        "vllm_worker",
+        build,
+        secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()),
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from shared.envelope import (
     decode,
     to_json,
 )
+from shared.ingest_auth import ServiceSigner
 from shared.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -126,11 +127,12 @@ class KafkaProbe:
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolve the end now, before the request can be answered
                 await consumer.position(tp)
+            value = to_json(self.envelope(rid)).encode()
             await producer.send_and_wait(
                 self.s.topic("requests"),
-                to_json(self.envelope(rid)).encode(),
+                value,
                 key=rid.encode(),
-                headers=[("content-type", CONTENT_TYPE_JSON.encode())],
+                headers=[("content-type", CONTENT_TYPE_JSON.encode()), ServiceSigner(self.s).header(value)],
             )
             guard = FetchWaitGuard(consumer, "canary")
             key = rid.encode()

@@ -35,6 +35,7 @@ class Pipeline:
         self.gateway_port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
         env.update(
+            SY_ENV="dev",  # test brokers and stores are not production endpoints
             SY_VAR_DIR=str(var_dir),
             SY_MODELS_DIR=str(MODELS_DIR),
             SY_DRAIN_TIMEOUT_S="5",

@@ -37,6 +37,7 @@ class Up:
         self.var_dir = var_dir
         env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
         env.update(
+            SY_ENV="dev",  # test brokers and stores are not production endpoints
             SY_VAR_DIR=str(var_dir),
             SY_KAFKA_PORT=str(free_port()),
             SY_DRAIN_TIMEOUT_S="5",

@@ -13,6 +13,7 @@ from shared.bus import Producer
 from shared.config import Settings
 from shared.envelope import Envelope
 from shared.health import Health
+from shared.production import HeldSecrets
 from shared.service import Service, run_service
 from shared.stage import Emit, envelope_consumer
 
@@ -33,4 +34,4 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 if __name__ == "__main__":
-    run_service("router", build)
+    run_service("router", build, secrets=lambda _: HeldSecrets())

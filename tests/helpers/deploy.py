@@ -64,12 +64,20 @@ OPTIONAL_UNSET = {
 LOCAL_DEFAULTS = {"health_host", "registry_url", "internal_token", "api_keys", "var_dir", "models_dir"}
 # Properties and helpers of Settings that read a field.
 FIELD_ALIASES = {"model_dir": "models_dir", "model_path": "vllm_model_path", "object_dir": "storage_dir"}
-SECRET_SETTINGS = {"internal_token", "api_keys", "s3_access_key", "s3_secret_key", "kafka_sasl_password"}
+SECRET_SETTINGS = {
+    "internal_token",
+    "api_keys",
+    "s3_access_key",
+    "s3_secret_key",
+    "kafka_sasl_password",
+    "ingest_secrets",
+}
 
 # Dummy values the checks substitute for secrets (the files hold references, never values).
 DUMMY_SECRETS = {
     "SY_API_KEYS": '{"sk-test": "tenant-test"}',
     "SY_CELERY_BROKER": "redis://:pw@redis:6379/0",
+    "SY_INGEST_SECRETS": '{"tenant-test": "dummy-ingest-secret-0123"}',
 }
 SECRET_NAME = re.compile(
     r"(PASSWORD|SECRET|TOKEN|API_KEYS?|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|REDISCLI_AUTH)", re.I

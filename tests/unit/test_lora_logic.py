@@ -124,8 +124,9 @@ async def test_pinner_resolves_model_named_adapter_once() -> None:
         "math@prod",
     )
     assert any(t.stage == "adapter_resolve" for t in env.timings)
-    await pin.pin(env)  # already pinned: a redelivery does not re-resolve
-    assert asked == [("acme", "math@prod")]
+    await pin.pin(env)  # already pinned: resolved again, by exact version, as the record's tenant
+    assert asked == [("acme", "math@prod"), ("acme", "math@4")]
+    assert (env.adapter_ref.version, env.adapter_ref.requested) == (4, "math@prod")
     with pytest.raises(Rejected) as err:
         await pin.pin(Envelope(request_id="r2", tenant="acme", model="nope"))
     assert err.value.http_status == 404 and err.value.code == "model_not_found"
@@ -137,6 +138,38 @@ async def test_pinner_resolves_model_named_adapter_once() -> None:
     assert err.value.http_status == 400 and "base model" in err.value.reason
     with pytest.raises(Rejected) as err:
         await pin.pin(Envelope(request_id="r5", tenant="acme", model="sy-tiny", adapter="../x"))
+    assert err.value.http_status == 400
+
+
+async def test_a_pinned_ref_from_outside_is_resolved_again_as_the_records_tenant() -> None:
+    """Any producer can write a pinned adapter_ref (issue 33): naming another tenant's private
+    adapter, or a forged owner and sha256. Preprocess trusts none of it."""
+    asked: list[tuple[str, str]] = []
+
+    async def resolve(tenant: str, r: str) -> dict | None:
+        asked.append((tenant, r))
+        return manifest() if tenant == "acme" and r.startswith("math") else None  # private to acme
+
+    pin = AdapterPinner({"sy-tiny"}, resolve)
+    forged = AdapterRef(name="math", version=4, owner="globex", sha256="0" * 64, requested="math@4")
+    stolen = Envelope(request_id="r1", tenant="globex", model="sy-tiny", adapter_ref=forged)
+    with pytest.raises(Rejected) as err:  # no `adapter` field: the ref alone is not ignored
+        await pin.pin(stolen)
+    assert err.value.code == "adapter_not_found" and err.value.http_status == 404
+    assert asked == [("globex", "math@4")]
+    own = Envelope(request_id="r2", tenant="acme", model="sy-tiny", adapter="math", adapter_ref=forged)
+    await pin.pin(own)
+    assert (own.adapter_ref.owner, own.adapter_ref.sha256) == (
+        "acme",
+        SHA,
+    )  # the registry's, not the record's
+    wrong_base = Envelope(request_id="r3", tenant="acme", model="other", adapter_ref=forged)
+    with pytest.raises(Rejected) as err:
+        await pin.pin(wrong_base)
+    assert err.value.http_status == 400 and "base model" in err.value.reason
+    with pytest.raises(Rejected) as err:
+        bad = AdapterRef(name="../etc", version=1)
+        await pin.pin(Envelope(request_id="r4", tenant="acme", model="sy-tiny", adapter_ref=bad))
     assert err.value.http_status == 400
 
 
