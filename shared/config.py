@@ -13,9 +13,9 @@ import os
 import socket
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from shared.cpus import OFF, parse_cpus
@@ -280,12 +280,39 @@ class Settings(BaseSettings):
     gateway_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Larger request bodies get 413"
     )
-    gateway_rate_limits: dict[str, float] = Field(
+    gateway_rate_limits: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         default_factory=dict,
-        description='JSON map tenant -> requests/s per gateway replica ("*": every other tenant); unset = no limit',
+        description='JSON map tenant -> requests/s on the gateway and the registry ("*": every other '
+        "tenant; each rate > 0: remove a tenant's key to shut it out); unset = no limit",
     )
     gateway_rate_burst_s: float = Field(
-        default=2.0, gt=0, description="A tenant's bucket holds this many seconds of its rate (burst)"
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="The rate is counted over this many seconds (rounded up): the burst a tenant may send",
+    )
+    gateway_token_budgets: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description='JSON map tenant -> tokens per minute ("*": every other tenant): each chat, completion, '
+        "async request and rollout spends its prompt tokens + max_tokens x n; 429 once spent",
+    )
+    limits_storage_uri: str = Field(
+        default="memory://",
+        description="Where rates and token budgets are counted (the `limits` library): memory:// per "
+        "replica, or redis://host:6379 shared by every replica",
+    )
+    tenant_max_queued: int = Field(
+        default=1000, ge=1, description="Async requests a tenant may have queued (unanswered) at once (429 past it)"
+    )
+    tenant_max_rollouts: int = Field(
+        default=64, ge=1, description="Rollouts a tenant may have unfinished at once (429 past it)"
+    )
+    tenant_max_batches: int = Field(
+        default=16, ge=1, description="Batches a tenant may have unfinished at once (429 past it)"
+    )
+    tenant_max_files: int = Field(default=1000, ge=1, description="Files a tenant may keep (429 past it)")
+    tenant_max_adapters: int = Field(
+        default=200, ge=1, description="Adapters a tenant may own in the registry (429 past it)"
     )
     gateway_max_streams_per_tenant: int = Field(
         default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
@@ -328,6 +355,11 @@ class Settings(BaseSettings):
         description="dev or production. Unset: production when SY_KAFKA_BOOTSTRAP, SY_MILVUS_URI or SY_S3_ENDPOINT "
         "is set (`switchyard up` sets dev for the embedded stack). Production refuses default secrets and "
         "plain-text API keys, and requires signed Kafka ingest",
+    )
+    admin_auth: Literal["auto", "off", "required"] = Field(
+        default="auto",
+        description="required: /metrics, /docs, /openapi.json, cache stats and floors and profiling need "
+        "'Authorization: Bearer <SY_INTERNAL_TOKEN>' (else 401); off: open; auto: required in production",
     )
     kafka_ingest_auth: Literal["auto", "off", "required"] = Field(
         default="auto",
@@ -748,6 +780,12 @@ class Settings(BaseSettings):
         if self.env is not None:
             return self.env == "production"
         return any((self.kafka_bootstrap, self.milvus_uri, self.s3_endpoint))
+
+    @property
+    def admin_auth_required(self) -> bool:
+        if self.admin_auth == "auto":
+            return self.production
+        return self.admin_auth == "required"
 
     @property
     def ingest_auth_required(self) -> bool:

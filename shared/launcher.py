@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient
 
+from shared.admin import admin_headers
 from shared.bus import client_kwargs
 from shared.config import DEFAULT_PORTS, Settings
 from shared.cpus import engine_cpus, format_cpus, pin_process, service_cpus
@@ -185,7 +186,7 @@ class Launcher:
         if self.s.canary_interval_s <= 0 or model is None or "router" not in self.names:
             return None
         api_key, tenant = next(iter(self.s.api_keys.items()), ("", "local"))
-        self._http = httpx.AsyncClient()
+        self._http = httpx.AsyncClient(headers=admin_headers(self.s))  # /metrics is an admin path
         probes: dict[str, Probe] = {}
         gateway = next((c for c in self.children if c.name == "gateway"), None)
         gateway_url = f"http://{self.s.health_host}:{gateway.port}" if gateway else ""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from starlette.routing import Mount
 from starlette.types import ASGIApp
 
+from shared.admin import AdminGuard
 from shared.bus import Producer, StageConsumer
 from shared.config import ConfigError, Settings, load_settings
 from shared.health import Health, HttpServer, health_app
@@ -75,7 +76,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 
     root = health_app(health)
     http = HttpServer(
-        root, settings.health_host, settings.health_port_for(name), graceful_s=settings.drain_timeout_s
+        AdminGuard(root, settings), settings.health_host, settings.health_port_for(name), graceful_s=settings.drain_timeout_s
     )
     await http.start()  # liveness answers while the service builds (an engine may take a while)
     producer = Producer(settings, client_id=f"{name}-{settings.instance_id}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchyard.v1.events_pb2 import StreamDelta
 
 from shared.adapter_refs import parse_ref, ref_from_manifest
+from shared.admission import Admission, Refused, estimate_tokens
 from shared.auth import bearer, tenant_for_key
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
@@ -27,7 +27,7 @@ from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, r
 
 from .batches import batch_router
 from .cache_peek import worth_peeking
-from .limits import Slots, TenantLimiter
+from .limits import Slots
 from .openai_format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .rollouts import RolloutStore, rollout_router
@@ -156,6 +156,10 @@ def create_app(backend: Backend) -> FastAPI:
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.code, exc.param, exc.headers)
 
+    @app.exception_handler(Refused)
+    async def _refused(_: Request, exc: Refused) -> JSONResponse:
+        return _error(429, exc.message, exc.code, headers={"Retry-After": str(exc.retry_after)})
+
     @app.exception_handler(Rejected)
     async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
         return _error(exc.http_status, exc.reason, exc.code)
@@ -174,39 +178,39 @@ def create_app(backend: Backend) -> FastAPI:
             exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error"
         )
 
-    limiter = TenantLimiter(dict(s.gateway_rate_limits), s.gateway_rate_burst_s)
+    admission = Admission(s)
     streams = Slots(s.gateway_max_streams_per_tenant)
     in_flight = backend.in_flight
     IN_FLIGHT.labels("gateway").set_function(lambda: in_flight.used(""))
 
-    def tenant_of(authorization: str | None = Header(default=None)) -> str:
+    async def tenant_of(authorization: str | None = Header(default=None)) -> str:
+        """The caller's tenant; every authenticated route counts against the tenant's rate (429)."""
         key = bearer(authorization)
         if key is None:
             raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
         tenant = tenant_for_key(s.api_keys, key)
         if tenant is None:
             raise ApiError(401, "invalid API key", "invalid_api_key")
+        await admission.request(tenant)
         return tenant
 
+    async def spend_tokens(env: Envelope) -> None:
+        """The tenant's token budget: prompt tokens (counted when prepared here, else estimated)
+        plus what the request may generate (max_tokens, or the context, times n)."""
+        prompt = env.tokens.total or estimate_tokens(prompt_bytes(env))
+        sampling = env.request.sampling
+        gen = sampling.max_tokens if sampling.HasField("max_tokens") else s.vllm_max_model_len
+        await admission.tokens(env.tenant, prompt + gen * max(1, sampling.n))
+
     def admit(tenant: str) -> None:
-        """Per-tenant rate (429 + Retry-After), then this replica's bound on waiting requests (503)."""
-        rate_check(tenant)
+        """This replica's bound on requests waiting for replies (503); the rate was counted on
+        authentication (`tenant_of`)."""
         if not in_flight.take(""):
             raise ApiError(
                 503,
                 f"gateway overloaded: {s.gateway_max_in_flight} requests already waiting for replies",
                 "overloaded",
                 headers={"Retry-After": "1"},
-            )
-
-    def rate_check(tenant: str) -> None:
-        wait = limiter.acquire(tenant)
-        if wait is not None:
-            raise ApiError(
-                429,
-                f"rate limit of {limiter.rate_of(tenant):g} requests/s reached for this tenant",
-                "rate_limit_exceeded",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
 
     async def resolve(tenant: str, ref: str, missing: ApiError) -> Any:
@@ -343,6 +347,7 @@ def create_app(backend: Backend) -> FastAPI:
         # fewer); media goes through sy.requests. Refusals (context length) answer at once.
         refuse_oversized(env, s.max_record_bytes)
         topic = await backend.prepare(env, "gateway_accept") if backend.prepare is not None else None
+        await spend_tokens(env)
         n = req.n or 1
         waiter = backend.replies.register(rid, tenant, stream=req.stream)
         handed = time.time_ns()
@@ -561,7 +566,6 @@ def create_app(backend: Backend) -> FastAPI:
     ) -> JSONResponse:
         """Queue a request; poll GET /v1/requests/{id}. Retrying with the same request_id is safe."""
         check_ready()
-        rate_check(tenant)
         model_cls = ChatCompletionRequest if body.endpoint == "/v1/chat/completions" else CompletionRequest
         try:
             req = model_cls(**body.body)
@@ -576,6 +580,16 @@ def create_app(backend: Backend) -> FastAPI:
         key = body.request_id or idempotency_key
         env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
         await check_model(req.model, tenant, env)
+        if key is None or not backend.store.has_key(tenant, key):  # a retry is neither counted nor queued twice
+            if backend.store.queued(tenant) >= s.tenant_max_queued:
+                raise ApiError(
+                    429,
+                    f"{s.tenant_max_queued} async requests already queued for this tenant "
+                    "(SY_TENANT_MAX_QUEUED): wait for some to finish",
+                    "too_many_queued",
+                    headers={"Retry-After": "5"},
+                )
+            await spend_tokens(env)
         rid, new = backend.store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
         if new:
             try:
@@ -597,10 +611,21 @@ def create_app(backend: Backend) -> FastAPI:
         return found
 
     app.include_router(
-        rollout_router(s, backend.submit, tenant_of, check_model, check_ready, ApiError, backend.rollouts)
+        rollout_router(
+            s, backend.submit, tenant_of, check_model, check_ready, ApiError, backend.rollouts, admission
+        )
     )
     app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
+
+
+def prompt_bytes(env: Envelope) -> int:
+    """UTF-8 bytes of a request's text (for a token estimate where it was not tokenized here)."""
+    req = env.request
+    n = len(req.prompt.encode())
+    for m in req.messages:
+        n += len(m.content.encode()) + sum(len(p.text.encode()) for p in m.parts)
+    return n
 
 
 def adapter_header(env: Envelope) -> dict[str, str]:

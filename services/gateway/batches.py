@@ -52,6 +52,11 @@ def _err(status: int, message: str, code: str, param: str | None = None) -> JSON
     return error_response("gateway", status, message, code, param)
 
 
+def _quota(message: str, code: str) -> JSONResponse:
+    """A tenant's quota of kept files or open batches is full: 429, retry once some are done."""
+    return error_response("gateway", 429, message, code, None, {"Retry-After": "30"})
+
+
 def _view(batch: BatchObject, cancel_at: int | None) -> dict[str, Any]:
     """A cancel the job has not picked up yet already reads as 'cancelling'."""
     if cancel_at is not None and batch.status not in TERMINAL and batch.status != "cancelling":
@@ -96,6 +101,12 @@ def batch_router(settings: Settings, tenant_of: Callable[..., str]) -> APIRouter
                 f"file has {lines} lines, limit SY_BATCH_FILE_MAX_LINES={settings.batch_file_max_lines}",
                 "too_many_lines",
                 "file",
+            )
+        if len(await store.list_files(tenant)) >= settings.tenant_max_files:
+            return _quota(
+                f"this tenant keeps {settings.tenant_max_files} files already (SY_TENANT_MAX_FILES): "
+                "delete some first",
+                "too_many_files",
             )
         name = (file.filename or "input.jsonl").rsplit("/", 1)[-1][:200]
         meta = await store.put_file(tenant, name, purpose, data)
@@ -151,6 +162,13 @@ def batch_router(settings: Settings, tenant_of: Callable[..., str]) -> APIRouter
             return _err(404, f"No such File object: {body.input_file_id}", "not_found", "input_file_id")
         if meta.purpose != "batch":
             return _err(400, "input file must have purpose 'batch'", "invalid_input_file", "input_file_id")
+        open_batches = [b for b in await store.list_batches(tenant) if b.status not in TERMINAL]
+        if len(open_batches) >= settings.tenant_max_batches:
+            return _quota(
+                f"{settings.tenant_max_batches} batches already unfinished for this tenant "
+                "(SY_TENANT_MAX_BATCHES): wait for some to finish or cancel them",
+                "too_many_batches",
+            )
         now = int(time.time())
         batch = BatchObject(
             id=new_batch_id(),

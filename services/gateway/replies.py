@@ -80,6 +80,7 @@ class ResultStore:
                     request_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, idem_key TEXT, endpoint TEXT NOT NULL,
                     status TEXT NOT NULL, created REAL NOT NULL, finished REAL, result TEXT);
                 CREATE UNIQUE INDEX IF NOT EXISTS idem ON requests(tenant, idem_key) WHERE idem_key IS NOT NULL;
+                CREATE INDEX IF NOT EXISTS queued ON requests(tenant) WHERE status='queued';
                 CREATE TABLE IF NOT EXISTS offsets (topic TEXT, partition INTEGER, next INTEGER,
                     PRIMARY KEY (topic, partition));
                 """
@@ -113,6 +114,22 @@ class ResultStore:
                 (request_id, tenant, idem_key, endpoint, time.time(), payload),
             )
             return request_id, True
+
+    def has_key(self, tenant: str, idem_key: str) -> bool:
+        """The tenant already sent a request with this idempotency key (a retry)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM requests WHERE tenant=? AND idem_key=?", (tenant, idem_key)
+            ).fetchone()
+        return row is not None
+
+    def queued(self, tenant: str) -> int:
+        """The tenant's async requests not answered yet (its quota of queued work)."""
+        with self._lock:
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests WHERE tenant=? AND status='queued'", (tenant,)
+            ).fetchone()
+        return int(n)
 
     def submitted(self, request_id: str) -> None:
         """Its record is on the ingest topic (acked): one more send counted."""

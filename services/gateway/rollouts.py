@@ -31,7 +31,8 @@ from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 
 from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header, rewind_reset_logs
 from shared.config import Settings
-from shared.envelope import Envelope, Kind, Priority, Rejected, decode
+from shared.admission import Admission, estimate_tokens
+from shared.envelope import MAX_MAX_TOKENS, Envelope, Kind, Priority, Rejected, decode
 from shared.openai_format import chat_message
 from shared.rewards import SpecItem, check_spec, default_functions, triton_url_of
 from shared.telemetry import get_logger
@@ -61,7 +62,7 @@ class RolloutPromptIn(_Strict):
 
 class RewardFunctionIn(_Strict):
     name: str = Field(min_length=1, max_length=64)
-    weight: float = 1.0
+    weight: float = Field(default=1.0, ge=-1e6, le=1e6, allow_inf_nan=False)
     params: dict[str, Any] = Field(default_factory=dict)
 
     def params_text(self) -> dict[str, str]:
@@ -81,10 +82,10 @@ class PolicyIn(_Strict):
 class RolloutSampling(_Strict):
     temperature: float | None = Field(default=1.0, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1)
-    max_tokens: int = Field(default=64, ge=1)
-    min_tokens: int | None = Field(default=None, ge=0)
-    seed: int | None = None
+    top_k: int | None = Field(default=None, ge=-1, lt=2**31)
+    max_tokens: int = Field(default=64, ge=1, le=MAX_MAX_TOKENS)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_MAX_TOKENS)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stop: list[str] | None = Field(default=None, max_length=4)
     repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -112,6 +113,15 @@ class RolloutRequest(_Strict):
         if len(v) > 16:
             raise ValueError("at most 16 metadata entries")
         return v
+
+
+def rollout_cost(req: RolloutRequest) -> int:
+    """Tokens a job may spend: per prompt its (estimated) prompt tokens once, plus max_tokens x n."""
+    total = 0
+    for p in req.prompts:
+        text = p.prompt or "".join(m.content if isinstance(m.content, str) else "" for m in p.messages or [])
+        total += estimate_tokens(len(text.encode())) + req.sampling.max_tokens * req.n
+    return total
 
 
 def to_job_envelope(req: RolloutRequest, rollout_id: str, tenant: str) -> Envelope:
@@ -202,6 +212,23 @@ class RolloutStore:
                 ),
             )
             return cur.rowcount > 0
+
+    def unfinished(self, tenant: str) -> int:
+        """The tenant's rollouts neither failed nor with every group in (its quota of open jobs)."""
+        with self._lock:
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM rollouts r WHERE r.tenant=? AND r.error IS NULL AND r.num_groups > "
+                "(SELECT COUNT(*) FROM groups g WHERE g.tenant=r.tenant AND g.rollout_id=r.id)",
+                (tenant,),
+            ).fetchone()
+        return int(n)
+
+    def exists(self, tenant: str, rollout_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM rollouts WHERE tenant=? AND id=?", (tenant, rollout_id)
+            ).fetchone()
+        return row is not None
 
     def forget(self, tenant: str, rollout_id: str) -> None:
         with self._lock:
@@ -479,8 +506,9 @@ def rollout_router(
     tenant_dep: Callable[..., str],
     check_model: Callable[[str, str, Envelope | None], Awaitable[None]],
     check_ready: Callable[[], None],
-    api_error: Callable[[int, str, str, str | None], Exception],
+    api_error: Callable[..., Exception],  # ApiError(status, message, code, param, headers=)
     store: RolloutStore | None = None,
+    admission: Admission | None = None,
 ) -> APIRouter:
     """The /v1/rollouts routes; `check_model` pins the policy adapter onto the job envelope.
 
@@ -532,6 +560,18 @@ def rollout_router(
             "version": f"{ref.name}@{ref.version}" if ref.name else env.model,
         }
         env.policy_version = policy["version"]
+        if not store.exists(tenant, rollout_id):  # a retry of an accepted job is neither counted nor refused
+            if store.unfinished(tenant) >= settings.tenant_max_rollouts:
+                raise api_error(
+                    429,
+                    f"{settings.tenant_max_rollouts} rollouts already unfinished for this tenant "
+                    "(SY_TENANT_MAX_ROLLOUTS): wait for some to finish",
+                    "too_many_rollouts",
+                    None,
+                    headers={"Retry-After": "5"},
+                )
+            if admission is not None:
+                await admission.tokens(tenant, rollout_cost(body))
         if store.accept(env, policy):
             try:
                 await submit(env, None)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi import Path as FastApiPath
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
@@ -15,6 +16,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shared.admission import Admission, Refused
 from shared.auth import bearer, is_internal, tenant_for_key
 from shared.config import Settings
 from shared.openai_errors import error_response as openai_error
@@ -29,8 +31,14 @@ log = get_logger(__name__)
 FORM_OVERHEAD = 2 * 1024 * 1024  # adapter_config.json, the text fields and multipart framing
 
 
-def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
-    return openai_error("registry", status, message, code, param)
+def error_response(
+    status: int, message: str, code: str, param: str | None = None, retry_after: int | None = None
+) -> JSONResponse:
+    """A 429 always says when to retry (Retry-After)."""
+    if status == 429 and retry_after is None:
+        retry_after = 30
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return openai_error("registry", status, message, code, param, headers)
 
 
 class UploadLimit:
@@ -62,9 +70,14 @@ class UploadLimit:
         await self.app(scope, limited, send)
 
 
+MAX_VERSION = 2**31 - 1  # versions are int32 on the wire (AdapterEvent, AdapterRef)
+# A version in a path: out of range is 400, never a 5xx from the protobuf or the store.
+Version = Annotated[int, FastApiPath(ge=1, le=MAX_VERSION)]
+
+
 class AliasBody(BaseModel):
     model_config = {"extra": "forbid"}
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=MAX_VERSION)
 
 
 class AdapterList(BaseModel):
@@ -99,6 +112,10 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
     async def _refused(_: Request, exc: RegistryError) -> JSONResponse:
         return error_response(exc.status, exc.message, exc.code, exc.param)
 
+    @app.exception_handler(Refused)
+    async def _limited(_: Request, exc: Refused) -> JSONResponse:
+        return error_response(429, exc.message, exc.code, retry_after=exc.retry_after)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
@@ -116,11 +133,14 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
             exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error"
         )
 
-    def tenant_of(
+    admission = Admission(settings)
+
+    async def tenant_of(
         authorization: str | None = Header(default=None),
         x_switchyard_tenant: str | None = Header(default=None),
     ) -> str:
-        """An API key's tenant, or the internal token acting for X-Switchyard-Tenant."""
+        """An API key's tenant (counted against its rate: 429), or the internal token acting for
+        X-Switchyard-Tenant (the services' own lookups, counted where the tenant's request came in)."""
         key = bearer(authorization)
         if key is None:
             raise RegistryError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
@@ -133,6 +153,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         tenant = tenant_for_key(settings.api_keys, key)
         if tenant is None:
             raise RegistryError(401, "invalid API key", "invalid_api_key")
+        await admission.request(tenant)
         return tenant
 
     @app.post("/v1/adapters", status_code=201, response_model=Manifest)
@@ -142,7 +163,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         try:
             fields = {k: v for k, v in form.items() if isinstance(v, str)}
             name = check_name(fields.get("name", ""))
-            catalog.check_can_publish(tenant, name)
+            catalog.check_can_publish(tenant, name, settings.tenant_max_adapters)
             model, config = form.get("adapter_model"), form.get("adapter_config")
             if not isinstance(model, UploadFile):
                 raise RegistryError(400, "missing file 'adapter_model'", "missing_file", "adapter_model")
@@ -187,7 +208,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         return catalog.get(tenant, name)
 
     @app.get("/v1/adapters/{name}/versions/{version}", response_model=Manifest)
-    async def get_version(name: str, version: int, tenant: str = Depends(tenant_of)) -> Manifest:
+    async def get_version(name: str, version: Version, tenant: str = Depends(tenant_of)) -> Manifest:
         return catalog.version(tenant, name, version)
 
     @app.get("/v1/resolve", response_model=Manifest)
@@ -196,7 +217,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         return catalog.resolve(tenant, ref)
 
     @app.get("/v1/adapters/{name}/versions/{version}/files/{filename}")
-    async def download(name: str, version: int, filename: str, tenant: str = Depends(tenant_of)) -> Any:
+    async def download(name: str, version: Version, filename: str, tenant: str = Depends(tenant_of)) -> Any:
         m, chunks = await catalog.open_file(tenant, name, version, filename)
         is_model = filename == "adapter_model.safetensors"
         headers = {"X-Sha256": m.sha256 if is_model else m.config_sha256}
@@ -216,7 +237,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
         return Response(status_code=204)
 
     @app.delete("/v1/adapters/{name}/versions/{version}", status_code=204)
-    async def delete_version(name: str, version: int, tenant: str = Depends(tenant_of)) -> Response:
+    async def delete_version(name: str, version: Version, tenant: str = Depends(tenant_of)) -> Response:
         await catalog.delete_version(tenant, name, version)
         return Response(status_code=204)
 

@@ -269,12 +269,24 @@ class Catalog:
     async def _save_state(self, s: AdapterState) -> None:
         await self.store.put(_key(s.name, STATE_FILE), s.state_json(), content_type="application/json")
 
-    def check_can_publish(self, tenant: str, name: str) -> None:
-        """A name another tenant owns is not available (checked before the upload is read)."""
+    def check_can_publish(self, tenant: str, name: str, max_owned: int | None = None) -> None:
+        """A name another tenant owns is not available, and a new name must fit the tenant's quota
+        of adapters (both checked before the upload is read)."""
         check_name(name)
         s = self._adapters.get(name)
         if s is not None and not s.deleted and s.owner != tenant:
             raise RegistryError(409, "adapter name not available", "name_taken", "name")
+        new = s is None or s.deleted
+        if new and max_owned is not None:
+            owned = sum(1 for a in self.live() if a.owner == tenant)
+            if owned >= max_owned:
+                raise RegistryError(
+                    429,
+                    f"this tenant owns {owned} adapters (SY_TENANT_MAX_ADAPTERS={max_owned}): "
+                    "delete one or publish a new version of an existing one",
+                    "too_many_adapters",
+                    "name",
+                )
 
     async def publish(
         self,

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.admin import admin_headers
+from shared.config import load_settings
 from shared.models import tasks
 
 from .scenarios import Scenario
@@ -158,14 +160,15 @@ async def one(http: httpx.AsyncClient, url: str, key: str, body: dict[str, Any])
 async def sample_metrics(
     http: httpx.AsyncClient, services: dict[str, str], samples: list[dict[str, Any]], stop: asyncio.Event
 ) -> None:
+    admin = admin_headers(load_settings())  # /metrics and cache stats are admin paths (shared/admin.py)
     while not stop.is_set():
         t = time.time()
         for name, base in services.items():
             row: dict[str, Any] = {"t": t, "service": name}
             try:
-                row["series"] = parse_metrics((await http.get(f"{base}/metrics", timeout=2)).text)
+                row["series"] = parse_metrics((await http.get(f"{base}/metrics", headers=admin, timeout=2)).text)
                 if name == "cache":
-                    stats = (await http.get(f"{base}/v1/cache/stats", timeout=2)).json()
+                    stats = (await http.get(f"{base}/v1/cache/stats", headers=admin, timeout=2)).json()
                     row["cache"] = {
                         k: stats.get(k) for k in ("lookups", "hits_exact", "hits_semantic", "bypassed")
                     }

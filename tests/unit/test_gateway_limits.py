@@ -1,4 +1,4 @@
-"""Per-tenant admission: token buckets with Retry-After, counted slots; slow streaming clients."""
+"""Per-tenant admission: rates and token budgets with Retry-After, counted slots; slow streaming clients."""
 
 from __future__ import annotations
 
@@ -9,21 +9,50 @@ import httpx
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from services.gateway.limits import Slots, TenantLimiter
+import pytest
+
+from services.gateway.limits import Slots
 from services.gateway.sse import SLOW_CLIENTS, BoundedStreamingResponse
+from shared.admission import Admission, Refused
+from shared.config import ConfigError, load_settings
 from shared.health import HttpServer
 
 
-def test_token_bucket_per_tenant_with_burst_and_retry_after() -> None:
-    lim = TenantLimiter({"acme": 2.0, "*": 1.0}, burst_s=1.5)
-    assert [lim.acquire("acme", now=0.0) for _ in range(3)] == [None, None, None]  # burst: 2 rps x 1.5 s
-    wait = lim.acquire("acme", now=0.0)
-    assert wait is not None and abs(wait - 0.5) < 1e-9  # the next token in half a second at 2 rps
-    assert lim.acquire("acme", now=0.5) is None
-    assert lim.acquire("beta", now=0.0) is None and lim.acquire("beta", now=0.0) is not None  # "*"
-    assert lim.acquire("acme", now=0.5) is not None and lim.acquire("gamma", now=0.0) is None  # tenants apart
-    free = TenantLimiter({})
-    assert all(free.acquire("x", now=0.0) is None for _ in range(1000))
+async def test_rate_per_tenant_with_burst_and_retry_after() -> None:
+    adm = Admission(load_settings(gateway_rate_limits={"acme": 2.0, "*": 1.0}, gateway_rate_burst_s=1.5))
+    for _ in range(4):  # 2 rps over a 2 s window (1.5 rounded up): 4 at once
+        await adm.request("acme")
+    with pytest.raises(Refused) as refused:
+        await adm.request("acme")
+    assert refused.value.code == "rate_limit_exceeded" and 1 <= refused.value.retry_after <= 2
+    await adm.request("beta")
+    await adm.request("beta")  # "*": 1 rps x 2 s
+    with pytest.raises(Refused):
+        await adm.request("beta")
+    await adm.request("gamma")  # tenants are counted apart
+    free = Admission(load_settings())
+    for _ in range(1000):
+        await free.request("x")
+
+
+async def test_token_budget_counts_cost_and_refuses_what_can_never_fit() -> None:
+    adm = Admission(load_settings(gateway_token_budgets={"acme": 1000}))
+    await adm.tokens("acme", 600)
+    with pytest.raises(Refused) as spent:
+        await adm.tokens("acme", 600)
+    assert spent.value.code == "token_budget_exceeded" and spent.value.retry_after >= 1
+    await adm.tokens("acme", 400)  # what is left still passes
+    await adm.tokens("other", 10**9)  # no budget for "other" (and no "*"): never counted
+    with pytest.raises(Refused) as too_big:
+        await adm.tokens("acme", 1001)
+    assert too_big.value.code == "tokens_exceed_budget" and "1000 tokens per minute" in too_big.value.message
+
+
+@pytest.mark.parametrize("rates", [{"acme": 0}, {"acme": -1}, {"acme": float("inf")}, {"acme": float("nan")}])
+def test_a_rate_that_admits_nothing_is_a_settings_error(rates: dict[str, float]) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_settings(gateway_rate_limits=rates)
+    assert "SY_GATEWAY_RATE_LIMITS.acme" in str(exc.value)
 
 
 def test_slots_bound_and_release() -> None:
