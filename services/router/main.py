@@ -125,7 +125,8 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    run_service("router", build, secrets=lambda _: HeldSecrets())  # it holds no secret
+    # The internal token only guards its admin paths (/metrics: shared/admin.py).
+    run_service("router", build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 
 if __name__ == "__main__":

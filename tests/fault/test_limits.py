@@ -74,3 +74,111 @@ async def test_rate_overload_and_stream_limits(broker, tmp_path: Path) -> None:
         "rate 0.5 rps: 2nd request 429 Retry-After; 2nd stream of a tenant 429 too_many_streams; "
         "4th waiting request on a 3-slot replica 503 overloaded at once; slots given back; no key logged",
     )
+
+
+def _route_calls(spec: dict) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    """Every operation of the gateway's OpenAPI document, path parameters filled in."""
+    calls = []
+    for path, ops in spec["paths"].items():
+        for method in ops:
+            filled = path
+            for name in ("request_id", "rollout_id", "batch_id", "file_id"):
+                filled = filled.replace("{" + name + "}", "x-1")
+            calls.append((method.upper(), filled))
+    return calls
+
+
+async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(broker, tmp_path: Path) -> None:
+    """Issue 33: a tenant past its rate gets 429 + Retry-After on every route it can call (the
+    OpenAPI document lists them, so a new route is covered); the token budget counts prompt +
+    max_tokens x n; queued async requests, unfinished rollouts, kept files and open batches
+    have quotas, each a 429 with Retry-After; retries of what was accepted are not refused."""
+    prefix, var_dir = "admit.", tmp_path / "var"
+    var_dir.mkdir()
+    await create_topics(load_settings(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix))
+    env = service_env(
+        broker.bootstrap,
+        prefix,
+        var_dir,
+        SY_GATEWAY_TIMEOUT_S="2",
+        SY_CACHE_ENABLED="false",
+        SY_API_KEYS=json.dumps({"sk-r": "rated", "sk-t": "tokens", "sk-q": "quota"}),
+        SY_GATEWAY_RATE_LIMITS=json.dumps({"rated": 0.01}),  # one request per 100 s window
+        SY_GATEWAY_RATE_BURST_S="100",
+        SY_GATEWAY_TOKEN_BUDGETS=json.dumps({"tokens": 100}),
+        SY_TENANT_MAX_QUEUED="1",
+        SY_TENANT_MAX_ROLLOUTS="1",
+        SY_TENANT_MAX_FILES="1",
+        SY_TENANT_MAX_BATCHES="1",
+    )
+    chat = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}
+    rollout = {
+        "policy": {"model": "sy-tiny"},
+        "prompts": [{"prompt": "hi"}],
+        "n": 1,
+        "sampling": {"max_tokens": 8},
+        "reward": {"functions": [{"name": "length_penalty"}]},
+    }
+    with services(["gateway"], env, var_dir) as procs:
+        base = f"http://127.0.0.1:{procs['gateway'].port}"
+
+        def key(k: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {k}"}
+
+        def is_429(r: httpx.Response, code: str) -> None:
+            assert r.status_code == 429, (code, r.status_code, r.text)
+            assert r.json()["error"]["code"] == code, r.text
+            assert int(r.headers["retry-after"]) >= 1, r.headers
+
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            # Rate: every route the tenant can call.
+            calls = _route_calls((await http.get("/openapi.json")).json())
+            assert {("POST", "/v1/chat/completions"), ("POST", "/v1/rollouts"), ("POST", "/v1/files"),
+                    ("POST", "/v1/batches"), ("GET", "/v1/requests/x-1")} <= set(calls), calls
+            assert (await http.get("/v1/models", headers=key("sk-r"))).status_code == 200
+            for method, path in calls:
+                r = await http.request(method, path, headers=key("sk-r"), json={})
+                is_429(r, "rate_limit_exceeded")
+            assert (await http.get("/v1/models", headers=key("sk-q"))).status_code == 200  # others unaffected
+
+            # Token budget (100/min): 60 + the prompt fits once, not twice; 1,000 never fits.
+            first = await http.post("/v1/requests", json={"body": chat}, headers=key("sk-t"))
+            assert first.status_code == 202, first.text
+            is_429(await http.post("/v1/chat/completions", json=chat, headers=key("sk-t")), "token_budget_exceeded")
+            big = {**chat, "max_tokens": 1000}
+            is_429(await http.post("/v1/chat/completions", json=big, headers=key("sk-t")), "tokens_exceed_budget")
+            is_429(
+                await http.post("/v1/rollouts", json={**rollout, "sampling": {"max_tokens": 200}}, headers=key("sk-t")),
+                "tokens_exceed_budget",
+            )
+
+            # Quotas of queued and kept work.
+            one = {"body": chat, "request_id": "q-1"}
+            assert (await http.post("/v1/requests", json=one, headers=key("sk-q"))).status_code == 202
+            assert (await http.post("/v1/requests", json=one, headers=key("sk-q"))).status_code == 202  # a retry
+            is_429(await http.post("/v1/requests", json={"body": chat}, headers=key("sk-q")), "too_many_queued")
+            ro = await http.post("/v1/rollouts", json={**rollout, "rollout_id": "r1"}, headers=key("sk-q"))
+            assert ro.status_code == 202, ro.text
+            again = await http.post("/v1/rollouts", json={**rollout, "rollout_id": "r1"}, headers=key("sk-q"))
+            assert again.status_code == 202  # the same job, not a second one
+            is_429(await http.post("/v1/rollouts", json=rollout, headers=key("sk-q")), "too_many_rollouts")
+            line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": chat})
+            up = await http.post(
+                "/v1/files", files={"file": ("in.jsonl", line.encode())}, data={"purpose": "batch"}, headers=key("sk-q")
+            )
+            assert up.status_code == 200, up.text
+            is_429(
+                await http.post(
+                    "/v1/files", files={"file": ("b.jsonl", line.encode())}, data={"purpose": "batch"}, headers=key("sk-q")
+                ),
+                "too_many_files",
+            )
+            batch = {"input_file_id": up.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+            assert (await http.post("/v1/batches", json=batch, headers=key("sk-q"))).status_code == 200
+            is_429(await http.post("/v1/batches", json=batch, headers=key("sk-q")), "too_many_batches")
+    record(
+        "limits",
+        "every gateway route 429 + Retry-After past the tenant's rate; token budget 100/min: a 2nd "
+        "60-token request 429, a 1,000-token one refused outright; quotas of 1 queued async request, "
+        "rollout, file and batch: the 2nd 429, retries of accepted ones 202",
+    )

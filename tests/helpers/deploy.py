@@ -514,6 +514,7 @@ def _is_reference(value: str) -> bool:
         v == ""
         or bool(re.fullmatch(r"(redis://:)?\$\{[A-Za-z_][A-Za-z0-9_]*(:?[-?][^}]*)?\}(@.*)?", v))
         or (v.startswith("<") and v.endswith(">"))
+        or v.startswith("/run/secrets/")  # a mounted secret file (Prometheus credentials_file)
     )
 
 

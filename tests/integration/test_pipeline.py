@@ -16,6 +16,7 @@ from shared.telemetry import inject_headers, trace_id_of
 from tests.helpers.kafka import collect, produce, service_env, services
 
 STAGES = ["preprocess", "cache", "router"]
+PROMPT_MARKER = "What is 2+2? zq-prompt-marker-7f3a"
 
 
 def chat(rid: str, text: str = "What is 2+2?", temperature: float | None = 0.0) -> Envelope:
@@ -41,7 +42,9 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
     env = service_env(broker.bootstrap, topics, var_dir)
     with services(STAGES, env, var_dir) as procs:
         headers, trace_id = _traceparent()
-        await produce(broker.bootstrap, f"{topics}requests", [encode(chat("r-proto"))], headers=headers)
+        await produce(
+            broker.bootstrap, f"{topics}requests", [encode(chat("r-proto", PROMPT_MARKER))], headers=headers
+        )
         as_json = json.dumps(
             {
                 "request_id": "r-json",
@@ -67,6 +70,10 @@ async def test_record_reaches_pool_topic_with_timings_and_one_trace(broker, topi
     assert f'sy_queue_wait_seconds_count{{stage="preprocess",topic="{topics}requests"}} 3.0' in metrics
     assert 'sy_in_flight{stage="preprocess"}' in metrics and "sy_consumer_lag" in metrics
     assert len(out) == 3
+    # No prompt in the logs unless configured (issue 33): the services log sizes and ids, not text.
+    logs = {p.name: p.read_text() for p in var_dir.glob("*.log")}
+    assert set(logs) >= {f"{s}.log" for s in STAGES}
+    assert not [name for name, text in logs.items() if PROMPT_MARKER in text]
     by_id = {decode(r.value).request_id: r for r in out}
     assert set(by_id) == {"r-proto", "r-json", "r-sampled"}
     # A sampled request (temperature unset = 1) is one the cache could never answer: preprocess

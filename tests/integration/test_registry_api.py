@@ -448,3 +448,47 @@ async def test_main_wiring_publishes_to_broker(broker, topics: str, tmp_path: Pa
     ev = AdapterEvent.FromString(recs[0].value)
     assert recs[0].key == b"ad" and ev.type == AdapterEvent.TYPE_PUBLISHED and ev.version == 1
     assert [v.version for v in ev.versions] == [1] and dict(ev.aliases) == {"latest": 1}
+
+
+# ------------------------------------------------------------------------------------- admission
+
+
+async def test_adapter_quota_per_tenant_is_429_with_retry_after(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    env.settings = env.settings.model_copy(update={"tenant_max_adapters": 2})
+    async with await env.start() as http:
+        assert (await upload(http, "one")).status_code == 201
+        assert (await upload(http, "two")).status_code == 201
+        over = await upload(http, "three")
+        assert over.status_code == 429 and err(over)["code"] == "too_many_adapters", over.text
+        assert int(over.headers["retry-after"]) >= 1
+        assert (await upload(http, "two")).status_code == 201  # a new version of one it owns still fits
+        assert (await upload(http, "b-one", headers=B)).status_code == 201  # another tenant's quota
+        assert (await http.delete("/v1/adapters/one", headers=A)).status_code == 204
+        assert (await upload(http, "three")).status_code == 201  # room again
+
+
+async def test_every_tenant_route_of_the_registry_is_rate_limited(tmp_path: Path) -> None:
+    """Each route in the OpenAPI document a tenant can call answers 429 + Retry-After once the
+    tenant's rate is spent; the internal token (the services' own lookups) is not counted."""
+    env = Env(tmp_path)
+    env.settings = env.settings.model_copy(
+        update={"gateway_rate_limits": {"acme": 0.01}, "gateway_rate_burst_s": 100.0}  # 1 per 100 s
+    )
+    async with await env.start() as http:
+        spec = (await http.get("/openapi.json")).json()
+        routes = [
+            (method.upper(), path.replace("{name}", "ad").replace("{version}", "1").replace("{alias}", "prod")
+             .replace("{filename}", "adapter_model.safetensors"))
+            for path, ops in spec["paths"].items()
+            for method in ops
+        ]
+        assert len(routes) >= 9, routes
+        assert (await http.get("/v1/adapters", headers=A)).status_code == 200  # spends the one request
+        for method, path in routes:
+            r = await http.request(method, path, headers=A, json={"version": 1} if method == "PUT" else None)
+            assert r.status_code == 429, (method, path, r.status_code, r.text)
+            assert err(r)["code"] == "rate_limit_exceeded" and 1 <= int(r.headers["retry-after"]) <= 100
+        assert (await http.get("/v1/adapters", headers=B)).status_code == 200  # other tenants unaffected
+        internal = {"Authorization": "Bearer tok-internal", "X-Switchyard-Tenant": "acme"}
+        assert (await http.get("/v1/adapters", headers=internal)).status_code == 200

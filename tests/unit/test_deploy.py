@@ -459,3 +459,51 @@ def test_triton_repository_parses_as_tritons_model_config_and_python_models_use_
             assert sent and sent <= outputs, (cfg.name, sent - outputs)
             if cfg.model_transaction_policy.decoupled:
                 assert "get_response_sender" in code
+
+
+def test_k8s_trust_boundaries(k8s: tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]) -> None:
+    """Issue 33: the sandbox runner holds nothing and reaches nothing; every other pod refuses
+    ingress unless a policy admits it; the runner admits the reward pods alone."""
+    docs, _, _ = k8s
+    runner = d.workloads(docs)["sandbox-runner"]["spec"]["template"]["spec"]
+    assert runner["automountServiceAccountToken"] is False and runner["enableServiceLinks"] is False
+    for c in runner["containers"]:
+        assert "envFrom" not in c, "the sandbox runner takes no ConfigMap or Secret"
+        refs = [e for e in c.get("env", []) if "valueFrom" in e]
+        assert not refs, f"the sandbox runner reads {refs}"
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert not any(v.get("secret") or v.get("configMap") for v in runner.get("volumes", []))
+    policies = {p["metadata"]["name"]: p["spec"] for p in docs if p["kind"] == "NetworkPolicy"}
+    assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    own = policies["sandbox-runner"]
+    assert own["egress"] == [] and "Egress" in own["policyTypes"]
+    assert own["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "reward"}}}]
+    runner_labels = {"app.kubernetes.io/name": "sandbox-runner", "app.kubernetes.io/component": "sandbox"}
+
+    def selects_runner(selector: dict[str, Any]) -> bool:
+        if any(runner_labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+            return False
+        for e in selector.get("matchExpressions", []):
+            value = runner_labels.get(e["key"])
+            if (e["operator"] == "In") != (value in e["values"]):
+                return False
+        return True
+
+    admitting = [n for n, p in policies.items() if p.get("ingress") and selects_runner(p["podSelector"])]
+    assert admitting == ["sandbox-runner"], f"policies admitting more than the reward pods: {admitting}"
+
+
+def test_strimzi_acls_let_a_tenant_write_only_the_ingest_topic() -> None:
+    users = [
+        u
+        for u in yaml.safe_load_all((ROOT / "deploy/k8s/components/strimzi-acls/kafkausers.yaml").read_text())
+        if u and u["kind"] == "KafkaUser"
+    ]
+    tenants = [u for u in users if u["metadata"]["name"].startswith("switchyard-ingest-")]
+    assert tenants and any(u["metadata"]["name"] == "switchyard-services" for u in users)
+    for u in tenants:
+        acls = u["spec"]["authorization"]["acls"]
+        assert acls == [
+            {"resource": {"type": "topic", "name": "sy.requests", "patternType": "literal"},
+             "operations": ["Describe", "Write"]}
+        ], acls
