@@ -2,7 +2,7 @@
 
 Both are sliding-window counters of the `limits` library, keyed by tenant. Their storage is
 `SY_LIMITS_STORAGE_URI`: `memory://` (the default) counts per replica; `redis://host:6379` counts
-in Redis, so every gateway and registry replica shares one budget per tenant.
+in Redis (through redis-py), so every gateway and registry replica shares one budget per tenant.
 
 - rate: `SY_GATEWAY_RATE_LIMITS` requests/s per tenant, over a window of `SY_GATEWAY_RATE_BURST_S`
   (rounded up to whole seconds) — the burst a tenant may send at once;
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from limits import RateLimitItem, RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
@@ -46,6 +47,15 @@ def async_storage_uri(uri: str) -> str:
     return uri if uri.startswith("async+") else f"async+{uri}"
 
 
+def storage(uri: str) -> Any:
+    """The asyncio storage for `uri`; Redis through redis-py, which the project already ships
+    (limits' own default client, coredis, is not installed)."""
+    full = async_storage_uri(uri)
+    if full.startswith(("async+redis://", "async+rediss://", "async+redis+sentinel://")):
+        return storage_from_string(full, implementation="redispy")
+    return storage_from_string(full)
+
+
 class Admission:
     """Rate and token budget per tenant; tenants with neither configured are never counted."""
 
@@ -61,9 +71,7 @@ class Admission:
             tenant: RateLimitItemPerMinute(budget, 1, namespace="sy-tokens")
             for tenant, budget in self._budgets.items()
         }
-        self._limiter = SlidingWindowCounterRateLimiter(
-            storage_from_string(async_storage_uri(settings.limits_storage_uri))
-        )
+        self._limiter = SlidingWindowCounterRateLimiter(storage(settings.limits_storage_uri))
 
     def _of(self, items: dict[str, RateLimitItem], tenant: str) -> RateLimitItem | None:
         return items.get(tenant, items.get("*"))

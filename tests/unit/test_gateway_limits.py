@@ -48,6 +48,27 @@ async def test_token_budget_counts_cost_and_refuses_what_can_never_fit() -> None
     assert too_big.value.code == "tokens_exceed_budget" and "1000 tokens per minute" in too_big.value.message
 
 
+async def test_replicas_share_rates_and_budgets_in_redis(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two Admission objects (two replicas) on one real Redis count one budget per tenant."""
+    from tests.helpers.redis import redis_server
+
+    with redis_server(tmp_path / "redis") as url:
+        s = load_settings(
+            gateway_rate_limits={"acme": 1.0},
+            gateway_rate_burst_s=1.0,
+            gateway_token_budgets={"acme": 100},
+            limits_storage_uri=url,
+        )
+        one, two = Admission(s), Admission(s)
+        await one.request("acme")
+        with pytest.raises(Refused):
+            await two.request("acme")
+        await two.tokens("acme", 80)
+        with pytest.raises(Refused) as spent:
+            await one.tokens("acme", 30)
+        assert spent.value.code == "token_budget_exceeded"
+
+
 @pytest.mark.parametrize("rates", [{"acme": 0}, {"acme": -1}, {"acme": float("inf")}, {"acme": float("nan")}])
 def test_a_rate_that_admits_nothing_is_a_settings_error(rates: dict[str, float]) -> None:
     with pytest.raises(ConfigError) as exc:
