@@ -46,6 +46,7 @@ test-fast: $(STAMP) triton-venv
 bench: $(STAMP) triton-venv
 	$(BIN)/pip install -q torch==2.13.0 -e '.[bench]'
 	$(BIN)/python -m loadtests
+	$(BIN)/python -m loadtests.report  # docs/benchmarks.md from var/bench/*.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

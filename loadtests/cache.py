@@ -128,7 +128,10 @@ async def written_back(var_dir: Path, n: int, timeout_s: float = 60) -> None:
 
     url = json.loads((var_dir / "run" / "endpoints.json").read_text())["services"]["cache"]["url"]
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=10) as http:
+    from shared.admin import admin_headers
+    from shared.config import load_settings
+
+    async with httpx.AsyncClient(timeout=10, headers=admin_headers(load_settings())) as http:
         while time.monotonic() < deadline:
             if (await http.get(url + "/v1/cache/stats")).json().get("stored", 0) >= n:
                 return

@@ -124,6 +124,10 @@ class BatchStore:
         except (ObjectNotFound, ValueError):
             return None
 
+    async def count_files(self, tenant: str) -> int:
+        """How many files the tenant keeps (its quota), from the listing alone."""
+        return sum(1 for info in await self.store.list(f"files/{tenant}/") if info.key.endswith("/meta.json"))
+
     async def list_files(self, tenant: str) -> list[FileObject]:
         out = []
         for info in await self.store.list(f"files/{tenant}/"):

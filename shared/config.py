@@ -307,6 +307,11 @@ class Settings(BaseSettings):
     tenant_max_rollouts: int = Field(
         default=64, ge=1, description="Rollouts a tenant may have unfinished at once (429 past it)"
     )
+    rollout_quota_window_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Unfinished rollouts count against SY_TENANT_MAX_ROLLOUTS for this long after acceptance",
+    )
     tenant_max_batches: int = Field(
         default=16, ge=1, description="Batches a tenant may have unfinished at once (429 past it)"
     )

@@ -158,7 +158,8 @@ def create_app(backend: Backend) -> FastAPI:
 
     @app.exception_handler(Refused)
     async def _refused(_: Request, exc: Refused) -> JSONResponse:
-        return _error(429, exc.message, exc.code, headers={"Retry-After": str(exc.retry_after)})
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return _error(exc.status, exc.message, exc.code, headers=headers)
 
     @app.exception_handler(Rejected)
     async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
@@ -580,16 +581,20 @@ def create_app(backend: Backend) -> FastAPI:
         key = body.request_id or idempotency_key
         env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
         await check_model(req.model, tenant, env)
-        if key is None or not backend.store.has_key(tenant, key):  # a retry is neither counted nor queued twice
-            if backend.store.queued(tenant) >= s.tenant_max_queued:
-                raise ApiError(
-                    429,
-                    f"{s.tenant_max_queued} async requests already queued for this tenant "
-                    "(SY_TENANT_MAX_QUEUED): wait for some to finish",
-                    "too_many_queued",
-                    headers={"Retry-After": "5"},
-                )
+        if key is None or not backend.store.has_key(tenant, key):  # a retry spends no tokens twice
             await spend_tokens(env)
+        # The quota check and the accept with no await between: concurrent requests of one
+        # tenant cannot all pass the check (one event loop per replica).
+        if (key is None or not backend.store.has_key(tenant, key)) and backend.store.queued(
+            tenant
+        ) >= s.tenant_max_queued:
+            raise ApiError(
+                429,
+                f"{s.tenant_max_queued} async requests already queued for this tenant "
+                "(SY_TENANT_MAX_QUEUED): wait for some to finish",
+                "too_many_queued",
+                headers={"Retry-After": "5"},
+            )
         rid, new = backend.store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
         if new:
             try:

@@ -102,7 +102,7 @@ def batch_router(settings: Settings, tenant_of: Callable[..., str]) -> APIRouter
                 "too_many_lines",
                 "file",
             )
-        if len(await store.list_files(tenant)) >= settings.tenant_max_files:
+        if await store.count_files(tenant) >= settings.tenant_max_files:
             return _quota(
                 f"this tenant keeps {settings.tenant_max_files} files already (SY_TENANT_MAX_FILES): "
                 "delete some first",

@@ -213,13 +213,15 @@ class RolloutStore:
             )
             return cur.rowcount > 0
 
-    def unfinished(self, tenant: str) -> int:
-        """The tenant's rollouts neither failed nor with every group in (its quota of open jobs)."""
+    def unfinished(self, tenant: str, within_s: float) -> int:
+        """The tenant's rollouts accepted in the last `within_s` seconds that neither failed nor
+        have every group in (its quota of open jobs; one that lost a group stops counting then)."""
+        since = time.time_ns() - int(within_s * 1e9)
         with self._lock:
             (n,) = self._db.execute(
-                "SELECT COUNT(*) FROM rollouts r WHERE r.tenant=? AND r.error IS NULL AND r.num_groups > "
-                "(SELECT COUNT(*) FROM groups g WHERE g.tenant=r.tenant AND g.rollout_id=r.id)",
-                (tenant,),
+                "SELECT COUNT(*) FROM rollouts r WHERE r.tenant=? AND r.accepted_ns >= ? AND r.error IS NULL "
+                "AND r.num_groups > (SELECT COUNT(*) FROM groups g WHERE g.tenant=r.tenant AND g.rollout_id=r.id)",
+                (tenant, since),
             ).fetchone()
         return int(n)
 
@@ -560,18 +562,18 @@ def rollout_router(
             "version": f"{ref.name}@{ref.version}" if ref.name else env.model,
         }
         env.policy_version = policy["version"]
-        if not store.exists(tenant, rollout_id):  # a retry of an accepted job is neither counted nor refused
-            if store.unfinished(tenant) >= settings.tenant_max_rollouts:
-                raise api_error(
-                    429,
-                    f"{settings.tenant_max_rollouts} rollouts already unfinished for this tenant "
-                    "(SY_TENANT_MAX_ROLLOUTS): wait for some to finish",
-                    "too_many_rollouts",
-                    None,
-                    headers={"Retry-After": "5"},
-                )
-            if admission is not None:
-                await admission.tokens(tenant, rollout_cost(body))
+        if admission is not None and not store.exists(tenant, rollout_id):  # a retry spends no tokens twice
+            await admission.tokens(tenant, rollout_cost(body))
+        # The quota check and the accept with no await between (one event loop per replica).
+        if not store.exists(tenant, rollout_id) and store.unfinished(tenant, settings.rollout_quota_window_s) >= settings.tenant_max_rollouts:
+            raise api_error(
+                429,
+                f"{settings.tenant_max_rollouts} rollouts already unfinished for this tenant in the last "
+                f"{settings.rollout_quota_window_s:g} s (SY_TENANT_MAX_ROLLOUTS): wait for some to finish",
+                "too_many_rollouts",
+                None,
+                headers={"Retry-After": "5"},
+            )
         if store.accept(env, policy):
             try:
                 await submit(env, None)

@@ -114,7 +114,7 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
 
     @app.exception_handler(Refused)
     async def _limited(_: Request, exc: Refused) -> JSONResponse:
-        return error_response(429, exc.message, exc.code, retry_after=exc.retry_after)
+        return error_response(exc.status, exc.message, exc.code, retry_after=exc.retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

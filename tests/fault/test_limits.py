@@ -76,6 +76,9 @@ async def test_rate_overload_and_stream_limits(broker, tmp_path: Path) -> None:
     )
 
 
+INTERNAL = "tok-admission-test-" + "x" * 24
+
+
 def _route_calls(spec: dict) -> list[tuple[str, str]]:  # type: ignore[type-arg]
     """Every operation of the gateway's OpenAPI document, path parameters filled in."""
     calls = []
@@ -110,6 +113,8 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
         SY_TENANT_MAX_ROLLOUTS="1",
         SY_TENANT_MAX_FILES="1",
         SY_TENANT_MAX_BATCHES="1",
+        SY_ADMIN_AUTH="required",
+        SY_INTERNAL_TOKEN=INTERNAL,
     )
     chat = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}
     rollout = {
@@ -131,8 +136,15 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             assert int(r.headers["retry-after"]) >= 1, r.headers
 
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            # Admin paths of the process (shared/service.py wraps every service): the internal token.
+            admin = {"Authorization": f"Bearer {INTERNAL}"}
+            for path in ("/metrics", "/openapi.json", "/docs"):
+                assert (await http.get(path)).status_code == 401, path
+                assert (await http.get(path, headers=key("sk-q"))).status_code == 401, path
+                assert (await http.get(path, headers=admin)).status_code == 200, path
+            assert (await http.get("/readyz")).status_code == 200
             # Rate: every route the tenant can call.
-            calls = _route_calls((await http.get("/openapi.json")).json())
+            calls = _route_calls((await http.get("/openapi.json", headers=admin)).json())
             assert {("POST", "/v1/chat/completions"), ("POST", "/v1/rollouts"), ("POST", "/v1/files"),
                     ("POST", "/v1/batches"), ("GET", "/v1/requests/x-1")} <= set(calls), calls
             assert (await http.get("/v1/models", headers=key("sk-r"))).status_code == 200
@@ -146,11 +158,12 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             assert first.status_code == 202, first.text
             is_429(await http.post("/v1/chat/completions", json=chat, headers=key("sk-t")), "token_budget_exceeded")
             big = {**chat, "max_tokens": 1000}
-            is_429(await http.post("/v1/chat/completions", json=big, headers=key("sk-t")), "tokens_exceed_budget")
-            is_429(
+            for never in (
+                await http.post("/v1/chat/completions", json=big, headers=key("sk-t")),
                 await http.post("/v1/rollouts", json={**rollout, "sampling": {"max_tokens": 200}}, headers=key("sk-t")),
-                "tokens_exceed_budget",
-            )
+            ):  # can never fit: 400, so clients do not retry it
+                assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_budget"
+                assert "retry-after" not in never.headers
 
             # Quotas of queued and kept work.
             one = {"body": chat, "request_id": "q-1"}

@@ -13,7 +13,7 @@ import pytest
 
 from services.gateway.limits import Slots
 from services.gateway.sse import SLOW_CLIENTS, BoundedStreamingResponse
-from shared.admission import Admission, Refused
+from shared.admission import STORAGE_ERRORS, Admission, Refused, rate_item
 from shared.config import ConfigError, load_settings
 from shared.health import HttpServer
 
@@ -46,6 +46,32 @@ async def test_token_budget_counts_cost_and_refuses_what_can_never_fit() -> None
     with pytest.raises(Refused) as too_big:
         await adm.tokens("acme", 1001)
     assert too_big.value.code == "tokens_exceed_budget" and "1000 tokens per minute" in too_big.value.message
+    assert too_big.value.status == 400 and too_big.value.retry_after is None  # waiting never helps
+
+
+async def test_a_spent_budget_says_to_wait_for_room_for_the_request() -> None:
+    adm = Admission(load_settings(gateway_token_budgets={"acme": 1000}))
+    await adm.tokens("acme", 1000)
+    with pytest.raises(Refused) as spent:
+        await adm.tokens("acme", 600)
+    assert spent.value.retry_after >= 36  # 600 of 1,000 per minute frees in ~36 s, not in 1
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst_s", "amount", "window_s"),
+    [(0.1, 2.0, 1, 10), (0.5, 2.0, 1, 2), (1.9, 1.0, 2, 1), (2.0, 1.5, 4, 2), (0.01, 100.0, 1, 100), (100.0, 0.1, 100, 1)],
+)
+def test_a_rate_is_what_it_says_fractional_ones_included(rate: float, burst_s: float, amount: int, window_s: int) -> None:
+    item = rate_item(rate, burst_s)
+    assert (item.amount, item.get_expiry()) == (amount, window_s)
+
+
+async def test_a_fractional_rate_admits_one_request_per_its_period() -> None:
+    adm = Admission(load_settings(gateway_rate_limits={"acme": 0.1}))  # default burst 2 s
+    await adm.request("acme")
+    with pytest.raises(Refused) as refused:
+        await adm.request("acme")  # a 2 s window would let this one through (5x the rate)
+    assert 1 <= refused.value.retry_after <= 10
 
 
 async def test_replicas_share_rates_and_budgets_in_redis(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -67,6 +93,12 @@ async def test_replicas_share_rates_and_budgets_in_redis(tmp_path) -> None:  # t
         with pytest.raises(Refused) as spent:
             await one.tokens("acme", 30)
         assert spent.value.code == "token_budget_exceeded"
+    # Redis gone: requests are admitted (counted in sy_admission_storage_errors_total), never a 500
+    # and never a hang past the client's socket timeout.
+    before = STORAGE_ERRORS._value.get()
+    await one.request("acme")
+    await one.tokens("acme", 100)
+    assert STORAGE_ERRORS._value.get() >= before + 2
 
 
 @pytest.mark.parametrize("rates", [{"acme": 0}, {"acme": -1}, {"acme": float("inf")}, {"acme": float("nan")}])
