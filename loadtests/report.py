@@ -52,7 +52,15 @@ def soak_section(data: dict[str, Any]) -> list[str]:
         "types, missing model, non-objects, 2 MB fields) written to the ingest topic by a plain producer.",
         "",
     ]
-    keys = ("requests", "completed", "errors", "restarts", "e2e_p50_ms", "e2e_p99_ms", "no_valid_request_failed")
+    keys = (
+        "requests",
+        "completed",
+        "errors",
+        "restarts",
+        "e2e_p50_ms",
+        "e2e_p99_ms",
+        "no_valid_request_failed",
+    )
     out += _kv_table({k: s.get(k) for k in keys})
     hostile = s.get("hostile", {})
     if hostile:
@@ -114,7 +122,11 @@ def capacity_section(data: dict[str, Any]) -> list[str]:
 
 def generic_section(name: str, data: dict[str, Any]) -> list[str]:
     summary = data.get("summary", data)
-    flat = {k: v for k, v in summary.items() if not isinstance(v, list | dict)} if isinstance(summary, dict) else {}
+    flat = (
+        {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
+        if isinstance(summary, dict)
+        else {}
+    )
     return [f"## {name}", "", f"`python -m loadtests {name}`", "", *_kv_table(flat)]
 
 

@@ -63,7 +63,9 @@ def storage(uri: str) -> Any:
     """The asyncio storage for `uri`; Redis through redis-py, which the project already ships
     (limits' own default client, coredis, is not installed)."""
     full = async_storage_uri(uri)
-    if full.startswith(("async+redis://", "async+rediss://", "async+redis+sentinel://", "async+redis+cluster://")):
+    if full.startswith(
+        ("async+redis://", "async+rediss://", "async+redis+sentinel://", "async+redis+cluster://")
+    ):
         return storage_from_string(
             full,
             implementation="redispy",

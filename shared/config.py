@@ -15,7 +15,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, PositiveInt, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PositiveInt,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from shared.cpus import OFF, parse_cpus
@@ -302,7 +310,9 @@ class Settings(BaseSettings):
         "replica, or redis://host:6379 shared by every replica",
     )
     tenant_max_queued: int = Field(
-        default=1000, ge=1, description="Async requests a tenant may have queued (unanswered) at once (429 past it)"
+        default=1000,
+        ge=1,
+        description="Async requests a tenant may have queued (unanswered) at once (429 past it)",
     )
     tenant_max_rollouts: int = Field(
         default=64, ge=1, description="Rollouts a tenant may have unfinished at once (429 past it)"

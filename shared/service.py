@@ -76,7 +76,10 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 
     root = health_app(health)
     http = HttpServer(
-        AdminGuard(root, settings), settings.health_host, settings.health_port_for(name), graceful_s=settings.drain_timeout_s
+        AdminGuard(root, settings),
+        settings.health_host,
+        settings.health_port_for(name),
+        graceful_s=settings.drain_timeout_s,
     )
     await http.start()  # liveness answers while the service builds (an engine may take a while)
     producer = Producer(settings, client_id=f"{name}-{settings.instance_id}")

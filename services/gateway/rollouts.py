@@ -29,9 +29,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 
+from shared.admission import Admission, estimate_tokens
 from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header, rewind_reset_logs
 from shared.config import Settings
-from shared.admission import Admission, estimate_tokens
 from shared.envelope import MAX_MAX_TOKENS, Envelope, Kind, Priority, Rejected, decode
 from shared.openai_format import chat_message
 from shared.rewards import SpecItem, check_spec, default_functions, triton_url_of
@@ -565,7 +565,10 @@ def rollout_router(
         if admission is not None and not store.exists(tenant, rollout_id):  # a retry spends no tokens twice
             await admission.tokens(tenant, rollout_cost(body))
         # The quota check and the accept with no await between (one event loop per replica).
-        if not store.exists(tenant, rollout_id) and store.unfinished(tenant, settings.rollout_quota_window_s) >= settings.tenant_max_rollouts:
+        if (
+            not store.exists(tenant, rollout_id)
+            and store.unfinished(tenant, settings.rollout_quota_window_s) >= settings.tenant_max_rollouts
+        ):
             raise api_error(
                 429,
                 f"{settings.tenant_max_rollouts} rollouts already unfinished for this tenant in the last "

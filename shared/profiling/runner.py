@@ -166,7 +166,9 @@ async def sample_metrics(
         for name, base in services.items():
             row: dict[str, Any] = {"t": t, "service": name}
             try:
-                row["series"] = parse_metrics((await http.get(f"{base}/metrics", headers=admin, timeout=2)).text)
+                row["series"] = parse_metrics(
+                    (await http.get(f"{base}/metrics", headers=admin, timeout=2)).text
+                )
                 if name == "cache":
                     stats = (await http.get(f"{base}/v1/cache/stats", headers=admin, timeout=2)).json()
                     row["cache"] = {

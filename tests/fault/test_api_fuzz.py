@@ -136,39 +136,43 @@ ROLLOUT = {
     "prompts": [{"prompt": "hi"}],
     "reward": {"functions": [{"name": "length_penalty"}]},
 }
-NUMERIC_FIELDS = [
-    ("/v1/chat/completions", CHAT, path)
-    for path in (
-        "max_tokens",
-        "max_completion_tokens",
-        "n",
-        "seed",
-        "top_k",
-        "min_tokens",
-        "top_logprobs",
-        "temperature",
-        "top_p",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-    )
-] + [
-    ("/v1/completions", {"model": "sy-tiny", "prompt": "hi"}, path) for path in ("max_tokens", "logprobs", "seed")
-] + [
-    ("/v1/requests", {"body": CHAT}, f"body.{path}") for path in ("max_tokens", "seed", "n")
-] + [
-    ("/v1/rollouts", ROLLOUT, path)
-    for path in (
-        "n",
-        "sampling.max_tokens",
-        "sampling.min_tokens",
-        "sampling.seed",
-        "sampling.top_k",
-        "sampling.temperature",
-        "sampling.top_p",
-        "reward.functions.0.weight",
-    )
-]
+NUMERIC_FIELDS = (
+    [
+        ("/v1/chat/completions", CHAT, path)
+        for path in (
+            "max_tokens",
+            "max_completion_tokens",
+            "n",
+            "seed",
+            "top_k",
+            "min_tokens",
+            "top_logprobs",
+            "temperature",
+            "top_p",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+        )
+    ]
+    + [
+        ("/v1/completions", {"model": "sy-tiny", "prompt": "hi"}, path)
+        for path in ("max_tokens", "logprobs", "seed")
+    ]
+    + [("/v1/requests", {"body": CHAT}, f"body.{path}") for path in ("max_tokens", "seed", "n")]
+    + [
+        ("/v1/rollouts", ROLLOUT, path)
+        for path in (
+            "n",
+            "sampling.max_tokens",
+            "sampling.min_tokens",
+            "sampling.seed",
+            "sampling.top_k",
+            "sampling.temperature",
+            "sampling.top_p",
+            "reward.functions.0.weight",
+        )
+    ]
+)
 # Raw JSON tokens: Python's json (which FastAPI parses with) reads NaN and Infinity too.
 HOSTILE_NUMBERS = st.one_of(
     st.sampled_from(["8589934592", "1180591620717411303424", "18446744073709551616", "-9223372036854775809"]),
@@ -191,7 +195,11 @@ def _with_raw(body: dict, path: str, token: str) -> str:  # type: ignore[type-ar
 
 
 def _no_5xx(response, what: str) -> None:  # type: ignore[no-untyped-def]
-    assert response.status_code < 500 or response.status_code == 504, (what, response.status_code, response.text)
+    assert response.status_code < 500 or response.status_code == 504, (
+        what,
+        response.status_code,
+        response.text,
+    )
     if response.status_code >= 400:
         assert response.json()["error"]["message"], (what, response.text)
 
@@ -201,7 +209,10 @@ def test_gateway_hostile_numbers_get_a_4xx_never_a_5xx(gateway_schema) -> None: 
     from hypothesis import given
     from hypothesis import strategies as hst
 
-    base, auth = gateway_schema.gateway_url, {"Authorization": "Bearer sk-a", "content-type": "application/json"}
+    base, auth = (
+        gateway_schema.gateway_url,
+        {"Authorization": "Bearer sk-a", "content-type": "application/json"},
+    )
     with httpx.Client(timeout=30) as http:
 
         @given(field=hst.sampled_from(NUMERIC_FIELDS), token=HOSTILE_NUMBERS)
@@ -225,13 +236,17 @@ def test_gateway_hostile_numbers_get_a_4xx_never_a_5xx(gateway_schema) -> None: 
 def test_gateway_deep_json_and_10k_messages_get_an_answer(gateway_schema) -> None:  # type: ignore[no-untyped-def]
     import httpx
 
-    base, auth = gateway_schema.gateway_url, {"Authorization": "Bearer sk-a", "content-type": "application/json"}
+    base, auth = (
+        gateway_schema.gateway_url,
+        {"Authorization": "Bearer sk-a", "content-type": "application/json"},
+    )
     deep = 200_000
     bodies = {
         "deep messages": '{"model": "sy-tiny", "messages": ' + "[" * deep + "]" * deep + "}",
         "deep metadata": json.dumps(CHAT)[:-1] + ', "metadata": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}",
         "deep reward params": json.dumps(ROLLOUT).replace(
-            '{"name": "length_penalty"}', '{"name": "length_penalty", "params": {"x": ' + "[" * 900 + "]" * 900 + "}}"
+            '{"name": "length_penalty"}',
+            '{"name": "length_penalty", "params": {"x": ' + "[" * 900 + "]" * 900 + "}}",
         ),
         "10k messages": json.dumps({**CHAT, "messages": [{"role": "user", "content": "hi"}] * 10_000}),
     }
@@ -255,7 +270,9 @@ def test_registry_hostile_numbers_get_a_4xx_never_a_5xx() -> None:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://r") as http:
             for token in ["NaN", "Infinity", "1e400", str(2**33), str(2**70), "-1", "0", "1.5"]:
-                r = await http.put("/v1/adapters/a/aliases/prod", content=f'{{"version": {token}}}', headers=auth)
+                r = await http.put(
+                    "/v1/adapters/a/aliases/prod", content=f'{{"version": {token}}}', headers=auth
+                )
                 _no_5xx(r, f"alias version {token}")
                 assert r.status_code in (400, 404), r.text
                 for path in (f"/v1/adapters/a/versions/{token}", f"/v1/resolve?ref=a@{token}"):

@@ -145,8 +145,13 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             assert (await http.get("/readyz")).status_code == 200
             # Rate: every route the tenant can call.
             calls = _route_calls((await http.get("/openapi.json", headers=admin)).json())
-            assert {("POST", "/v1/chat/completions"), ("POST", "/v1/rollouts"), ("POST", "/v1/files"),
-                    ("POST", "/v1/batches"), ("GET", "/v1/requests/x-1")} <= set(calls), calls
+            assert {
+                ("POST", "/v1/chat/completions"),
+                ("POST", "/v1/rollouts"),
+                ("POST", "/v1/files"),
+                ("POST", "/v1/batches"),
+                ("GET", "/v1/requests/x-1"),
+            } <= set(calls), calls
             assert (await http.get("/v1/models", headers=key("sk-r"))).status_code == 200
             for method, path in calls:
                 r = await http.request(method, path, headers=key("sk-r"), json={})
@@ -156,11 +161,16 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             # Token budget (100/min): 60 + the prompt fits once, not twice; 1,000 never fits.
             first = await http.post("/v1/requests", json={"body": chat}, headers=key("sk-t"))
             assert first.status_code == 202, first.text
-            is_429(await http.post("/v1/chat/completions", json=chat, headers=key("sk-t")), "token_budget_exceeded")
+            is_429(
+                await http.post("/v1/chat/completions", json=chat, headers=key("sk-t")),
+                "token_budget_exceeded",
+            )
             big = {**chat, "max_tokens": 1000}
             for never in (
                 await http.post("/v1/chat/completions", json=big, headers=key("sk-t")),
-                await http.post("/v1/rollouts", json={**rollout, "sampling": {"max_tokens": 200}}, headers=key("sk-t")),
+                await http.post(
+                    "/v1/rollouts", json={**rollout, "sampling": {"max_tokens": 200}}, headers=key("sk-t")
+                ),
             ):  # can never fit: 400, so clients do not retry it
                 assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_budget"
                 assert "retry-after" not in never.headers
@@ -168,25 +178,41 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             # Quotas of queued and kept work.
             one = {"body": chat, "request_id": "q-1"}
             assert (await http.post("/v1/requests", json=one, headers=key("sk-q"))).status_code == 202
-            assert (await http.post("/v1/requests", json=one, headers=key("sk-q"))).status_code == 202  # a retry
-            is_429(await http.post("/v1/requests", json={"body": chat}, headers=key("sk-q")), "too_many_queued")
+            assert (
+                await http.post("/v1/requests", json=one, headers=key("sk-q"))
+            ).status_code == 202  # a retry
+            is_429(
+                await http.post("/v1/requests", json={"body": chat}, headers=key("sk-q")), "too_many_queued"
+            )
             ro = await http.post("/v1/rollouts", json={**rollout, "rollout_id": "r1"}, headers=key("sk-q"))
             assert ro.status_code == 202, ro.text
             again = await http.post("/v1/rollouts", json={**rollout, "rollout_id": "r1"}, headers=key("sk-q"))
             assert again.status_code == 202  # the same job, not a second one
             is_429(await http.post("/v1/rollouts", json=rollout, headers=key("sk-q")), "too_many_rollouts")
-            line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": chat})
+            line = json.dumps(
+                {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": chat}
+            )
             up = await http.post(
-                "/v1/files", files={"file": ("in.jsonl", line.encode())}, data={"purpose": "batch"}, headers=key("sk-q")
+                "/v1/files",
+                files={"file": ("in.jsonl", line.encode())},
+                data={"purpose": "batch"},
+                headers=key("sk-q"),
             )
             assert up.status_code == 200, up.text
             is_429(
                 await http.post(
-                    "/v1/files", files={"file": ("b.jsonl", line.encode())}, data={"purpose": "batch"}, headers=key("sk-q")
+                    "/v1/files",
+                    files={"file": ("b.jsonl", line.encode())},
+                    data={"purpose": "batch"},
+                    headers=key("sk-q"),
                 ),
                 "too_many_files",
             )
-            batch = {"input_file_id": up.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+            batch = {
+                "input_file_id": up.json()["id"],
+                "endpoint": "/v1/chat/completions",
+                "completion_window": "24h",
+            }
             assert (await http.post("/v1/batches", json=batch, headers=key("sk-q"))).status_code == 200
             is_429(await http.post("/v1/batches", json=batch, headers=key("sk-q")), "too_many_batches")
     record(

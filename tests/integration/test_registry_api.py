@@ -478,8 +478,13 @@ async def test_every_tenant_route_of_the_registry_is_rate_limited(tmp_path: Path
     async with await env.start() as http:
         spec = (await http.get("/openapi.json")).json()
         routes = [
-            (method.upper(), path.replace("{name}", "ad").replace("{version}", "1").replace("{alias}", "prod")
-             .replace("{filename}", "adapter_model.safetensors"))
+            (
+                method.upper(),
+                path.replace("{name}", "ad")
+                .replace("{version}", "1")
+                .replace("{alias}", "prod")
+                .replace("{filename}", "adapter_model.safetensors"),
+            )
             for path, ops in spec["paths"].items()
             for method in ops
         ]

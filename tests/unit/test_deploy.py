@@ -477,7 +477,9 @@ def test_k8s_trust_boundaries(k8s: tuple[list[dict[str, Any]], dict[str, str], d
     assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     own = policies["sandbox-runner"]
     assert own["egress"] == [] and "Egress" in own["policyTypes"]
-    assert own["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "reward"}}}]
+    assert own["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "reward"}}}
+    ]
     runner_labels = {"app.kubernetes.io/name": "sandbox-runner", "app.kubernetes.io/component": "sandbox"}
 
     def selects_runner(selector: dict[str, Any]) -> bool:
@@ -504,6 +506,8 @@ def test_strimzi_acls_let_a_tenant_write_only_the_ingest_topic() -> None:
     for u in tenants:
         acls = u["spec"]["authorization"]["acls"]
         assert acls == [
-            {"resource": {"type": "topic", "name": "sy.requests", "patternType": "literal"},
-             "operations": ["Describe", "Write"]}
+            {
+                "resource": {"type": "topic", "name": "sy.requests", "patternType": "literal"},
+                "operations": ["Describe", "Write"],
+            }
         ], acls

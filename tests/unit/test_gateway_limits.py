@@ -6,10 +6,9 @@ import asyncio
 import socket
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
-
-import pytest
 
 from services.gateway.limits import Slots
 from services.gateway.sse import SLOW_CLIENTS, BoundedStreamingResponse
@@ -59,9 +58,18 @@ async def test_a_spent_budget_says_to_wait_for_room_for_the_request() -> None:
 
 @pytest.mark.parametrize(
     ("rate", "burst_s", "amount", "window_s"),
-    [(0.1, 2.0, 1, 10), (0.5, 2.0, 1, 2), (1.9, 1.0, 2, 1), (2.0, 1.5, 4, 2), (0.01, 100.0, 1, 100), (100.0, 0.1, 100, 1)],
+    [
+        (0.1, 2.0, 1, 10),
+        (0.5, 2.0, 1, 2),
+        (1.9, 1.0, 2, 1),
+        (2.0, 1.5, 4, 2),
+        (0.01, 100.0, 1, 100),
+        (100.0, 0.1, 100, 1),
+    ],
 )
-def test_a_rate_is_what_it_says_fractional_ones_included(rate: float, burst_s: float, amount: int, window_s: int) -> None:
+def test_a_rate_is_what_it_says_fractional_ones_included(
+    rate: float, burst_s: float, amount: int, window_s: int
+) -> None:
     item = rate_item(rate, burst_s)
     assert (item.amount, item.get_expiry()) == (amount, window_s)
 
