@@ -26,6 +26,7 @@ from services.registry.catalog import Catalog
 from shared.config import load_settings
 from shared.storage import LocalStore
 from tests.helpers.adapters import write_base_model
+from tests.helpers.reliability import record
 
 EXAMPLES = 500  # per operation
 
@@ -99,11 +100,13 @@ def test_gateway_no_5xx_but_the_deadline_and_responses_match_the_spec(gateway_sc
 
     ops = [r.ok() for r in gateway_schema.get_all_operations()]
     assert len(ops) >= 5, [o.label for o in ops]
+    examples: dict[str, int] = {}
     for op in ops:
 
         @given(op.as_strategy())
         @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
         def check(case) -> None:  # type: ignore[no-untyped-def]
+            examples[op.label] = examples.get(op.label, 0) + 1
             for headers in ({"Authorization": "Bearer sk-a"}, {}):
                 response = case.call(headers=headers, timeout=30)
                 if response.status_code == 504:
@@ -112,6 +115,9 @@ def test_gateway_no_5xx_but_the_deadline_and_responses_match_the_spec(gateway_sc
                 case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 
         check()
+    # How many each operation got (hypothesis would stop early where it runs out of distinct inputs).
+    print("gateway examples per operation:", examples)
+    record("api-fuzz-gateway", "examples per operation: " + json.dumps(examples))
 
 
 def test_gateway_refuses_what_has_no_wire_form_with_400(gateway_schema) -> None:  # type: ignore[no-untyped-def]
