@@ -26,6 +26,8 @@ machine is the one the command ran on: a 2-core CPU host unless a section says o
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.1f}"
     if isinstance(v, int) and not isinstance(v, bool):
@@ -80,14 +82,17 @@ def soak_section(data: dict[str, Any]) -> list[str]:
     if rows:
         out += [
             "",
-            "RSS per process tree (slope over the last third, after warm-up; a leak keeps its slope):",
+            "RSS per process tree. A leak keeps its slope in the last third; the verdict bounds it at "
+            f"{_fmt(s.get('max_slope_mib_per_h'))} MiB/h per service. The broker and Milvus are stores: they grow "
+            "with the data they keep and are reported per request above, not judged as leaks.",
             "",
             "| process | start MiB | end MiB | slope after warm-up MiB/h | slope last third MiB/h |",
             "|---|---|---|---|---|",
         ]
         for name, m in rows:
+            label = f"{name} (store)" if name in STORES else name
             out.append(
-                f"| {name} | {_fmt(m.get('rss_start_mib'))} | {_fmt(m.get('rss_end_mib'))} | "
+                f"| {label} | {_fmt(m.get('rss_start_mib'))} | {_fmt(m.get('rss_end_mib'))} | "
                 f"{_fmt(m.get('slope_mib_per_h'))} | {_fmt(m.get('late_slope_mib_per_h'))} |"
             )
     out += ["", f"Verdict: {'pass' if s.get('passed') else 'FAIL'}."]
@@ -130,6 +135,7 @@ def generic_section(name: str, data: dict[str, Any]) -> list[str]:
     return [f"## {name}", "", f"`python -m loadtests {name}`", "", *_kv_table(flat)]
 
 
+STORES = {"broker", "milvus"}
 SECTIONS = {"soak": soak_section, "broker-capacity": capacity_section}
 ORDER = ["soak", "broker-capacity"]
 
