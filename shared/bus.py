@@ -174,6 +174,10 @@ class Producer:
             fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
         except Exception:
             self._failed()
+            # A restarted broker re-creates its topics: metadata cached before that can lack a
+            # partition ("Unrecognized partition") for minutes (metadata_max_age_ms). Refresh it
+            # now, so the caller's retry sees the topics as they are.
+            self._p.client.force_metadata_update()
             raise
         PRODUCED.labels(r.topic).inc()
         fut.add_done_callback(self._acked)

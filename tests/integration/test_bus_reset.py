@@ -60,3 +60,48 @@ def test_a_reader_reads_a_restarted_brokers_new_log_from_its_start(tmp_path: Pat
         asyncio.run(run())
     finally:
         kafka.stop()
+
+
+def test_a_producer_with_stale_metadata_sees_the_topics_on_its_retry(tmp_path: Path) -> None:
+    """After a broker restart a producer's cached metadata can lack a partition the re-created
+    topic has (aiokafka raises 'Unrecognized partition' and, unrefreshed, keeps the stale view for
+    metadata_max_age_ms: the router stalled that way for a minute). A failed send refreshes it, so
+    the stage's retry goes through. The stale view is made by dropping the partition from the
+    client's cache; the broker and the topic are real."""
+    from shared.bus import OutRecord, Producer
+    from shared.config import load_settings
+
+    kafka = EmbeddedKafka(tmp_path / "kafka")
+    kafka.start()
+
+    async def run() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic("stale-probe", 4, 1)])
+        finally:
+            await admin.close()
+        producer = Producer(load_settings(kafka_bootstrap=kafka.bootstrap, env="dev"))
+        await producer.start()
+        outcomes: list[str] = []
+        try:
+            await producer.send(OutRecord("stale-probe", b"warm", partition=0))
+            cluster = producer._p.client.cluster  # noqa: SLF001 - the cache a restart leaves stale
+            cluster._partitions["stale-probe"].pop(3)  # noqa: SLF001
+            for _ in range(3):
+                try:
+                    await producer.send(OutRecord("stale-probe", b"after", partition=3))
+                    outcomes.append("sent")
+                    break
+                except AssertionError as exc:
+                    outcomes.append(str(exc))
+                    await asyncio.sleep(0.5)
+        finally:
+            await producer.stop()
+        return outcomes
+
+    try:
+        outcomes = asyncio.run(run())
+    finally:
+        kafka.stop()
+    assert outcomes == ["Unrecognized partition", "sent"], outcomes
