@@ -157,7 +157,7 @@ async def workload(
 
 async def after_idle(base_url: str, api_key: str, probes: int = 3) -> dict[str, Any]:
     """TTFT of single requests each sent after an idle spell longer than SY_KAFKA_IDLE_AFTER_S:
-    what the readers' idle fetch wait costs the first request (README: idle readers)."""
+    what the readers' idle fetch wait costs the first request (docs/stage-rules.md: idle readers)."""
     from shared.config import Settings
 
     from .stack import overrides

@@ -67,7 +67,7 @@ def client_on_services_cores() -> Iterator[None]:
     """Send a workload from the services' cores, never the engine's, as the in-process baseline
     does (its requests come from the front end, on those cores): a client elsewhere costs a
     server nothing. Unpinned, the load generator's parsing of every SSE chunk ran on the engine's
-    core half the time: 1,375-1,523 tok/s at concurrency 8 vs 1,745-1,901 pinned (README). Wrap
+    core half the time: 1,375-1,523 tok/s at concurrency 8 vs 1,745-1,901 pinned (docs/workers.md). Wrap
     only the requests: a stack started from here would inherit the pin and see one core."""
     placement = switchyard_placement()
     before = os.sched_getaffinity(0)
@@ -207,5 +207,5 @@ def run_result(module: str, *args: str, timeout_s: float = 1200) -> Any:
 def baseline_executors() -> tuple[str, ...]:
     """SY_VLLM_CPU_EXECUTOR values an engine baseline runs with, the faster counting: on a CPU host
     both layouts (vLLM's two processes, or the model in the engine-core process), as neither wins
-    every workload on every core count (README); on a GPU there is one."""
+    every workload on every core count (docs/workers.md); on a GPU there is one."""
     return ("auto",) if has_gpu() else ("mp", "uni")

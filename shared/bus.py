@@ -403,7 +403,7 @@ class FetchWaitGuard:
     from its first empty fetch: most readers of a fresh stack wait for traffic that may never
     come to them (preprocess behind a gateway that prepares text, reward without rollouts): in a
     stack's first half minute preprocess, reward and batch took 13 % of the services' core at
-    concurrency 8, 8 % once idle (README). On the embedded broker every held fetch costs polls of its
+    concurrency 8, 8 % once idle (docs/stage-rules.md). On the embedded broker every held fetch costs polls of its
     storage: a stack at rest took ~2/3 of a core with every reader at 5 ms, mostly readers whose
     topic carries nothing in that deployment (an idle pool, rollouts, raw producers). The price
     is the first record after an idle spell, which waits for the long fetch in flight (on

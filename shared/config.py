@@ -629,7 +629,7 @@ class Settings(BaseSettings):
     )
     media_image_token_family: Literal["qwen2_vl", "llava"] = Field(
         default="qwen2_vl",
-        description="Image token rule for models whose config names no vision family (README: Multimodal input)",
+        description="Image token rule for models whose config names no vision family (docs/multimodal.md)",
     )
     media_audio_max_bytes: int = Field(
         default=16 * 1024 * 1024, ge=1024, description="Largest encoded audio clip accepted (bytes)"

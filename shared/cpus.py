@@ -8,7 +8,7 @@ launcher moves itself there before it starts anything, so the broker, Milvus, Tr
 service inherit them; the vLLM worker starts on the engine's cores, so the engine processes it
 forks keep them, and moves its own front end over once the engine is up. The engine's cores
 (`SY_ENGINE_CPUS`): `own` (default) the cores the services leave, so neither waits for the other;
-`shared` every core, the services' too. Measured on two cores (README): `own` ran 18 % more tokens/s
+`shared` every core, the services' too. Measured on two cores (docs/workers.md): `own` ran 18 % more tokens/s
 at concurrency 1 and 27 % more at 8 than `shared` — an OpenMP step on a core the broker also wants
 waits for it, and this small model gains little from a second thread. On a GPU host, or with `off`,
 nothing is pinned. In Kubernetes the same split is the kubelet's static CPU manager policy.

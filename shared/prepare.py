@@ -4,7 +4,7 @@ worker sees it — preprocess's work on the text of every request.
 preprocess runs it on every record of sy.requests (after its media checks). The gateway runs the
 same code itself on the text-only chat/completion requests it accepts over REST and sends them on
 to the stage after preprocess (`next_topic`): for such a request preprocess would do ~0.2 ms of
-work behind a Kafka hop of 3–16 ms on the embedded broker (README, pipeline-vs-engine), the way
+work behind a Kafka hop of 3–16 ms on the embedded broker (docs/workers.md, pipeline-vs-engine), the way
 vLLM's own API server tokenizes in its front end rather than in another process.
 """
 
