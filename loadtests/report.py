@@ -37,10 +37,14 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown table; cells through `_fmt`."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return out + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+
+
 def _kv_table(rows: dict[str, Any]) -> list[str]:
-    out = ["| measure | value |", "|---|---|"]
-    out += [f"| {k.replace('_', ' ')} | {_fmt(v)} |" for k, v in rows.items()]
-    return out
+    return _table(["measure", "value"], [[k.replace("_", " "), v] for k, v in rows.items()])
 
 
 def soak_section(data: dict[str, Any]) -> list[str]:
@@ -86,15 +90,18 @@ def soak_section(data: dict[str, Any]) -> list[str]:
             f"{_fmt(s.get('max_slope_mib_per_h'))} MiB/h per service. The broker and Milvus are stores: they grow "
             "with the data they keep and are reported per request above, not judged as leaks.",
             "",
-            "| process | start MiB | end MiB | slope after warm-up MiB/h | slope last third MiB/h |",
-            "|---|---|---|---|---|",
         ]
-        for name, m in rows:
-            label = f"{name} (store)" if name in STORES else name
-            out.append(
-                f"| {label} | {_fmt(m.get('rss_start_mib'))} | {_fmt(m.get('rss_end_mib'))} | "
-                f"{_fmt(m.get('slope_mib_per_h'))} | {_fmt(m.get('late_slope_mib_per_h'))} |"
-            )
+        out += _table(
+            ["process", "start MiB", "end MiB", "slope after warm-up MiB/h", "slope last third MiB/h"],
+            [
+                [f"{name} (store)" if name in STORES else name]
+                + [
+                    m.get(k)
+                    for k in ("rss_start_mib", "rss_end_mib", "slope_mib_per_h", "late_slope_mib_per_h")
+                ]
+                for name, m in rows
+            ],
+        )
     out += ["", f"Verdict: {'pass' if s.get('passed') else 'FAIL'}."]
     return out
 
@@ -112,16 +119,11 @@ def capacity_section(data: dict[str, Any]) -> list[str]:
     out += _kv_table({k: v for k, v in s.items() if not isinstance(v, list)})
     rounds = data.get("rounds", [])
     if rounds:
-        out += [
-            "",
-            "| round | requests held | broker RSS MiB | probe p50 ms | probe p99 ms | errors |",
-            "|---|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['index']} | {_fmt(r['requests'])} | {_fmt(r['broker_rss_mib'])} | {_fmt(r['probe_p50_ms'])} | "
-            f"{_fmt(r['probe_p99_ms'])} | {_fmt(r['errors'])} |"
-            for r in rounds
-        ]
+        keys = ("index", "requests", "broker_rss_mib", "probe_p50_ms", "probe_p99_ms", "errors")
+        out += [""] + _table(
+            ["round", "requests held", "broker RSS MiB", "probe p50 ms", "probe p99 ms", "errors"],
+            [[r[k] for k in keys] for r in rounds],
+        )
     return out
 
 
