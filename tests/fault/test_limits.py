@@ -18,15 +18,19 @@ from tests.helpers.reliability import record
 BODY = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-async def test_rate_overload_and_stream_limits(broker, tmp_path: Path) -> None:
-    prefix, var_dir = "limits.", tmp_path / "var"
+async def gateway_env(broker, tmp_path: Path, prefix: str, **settings: str) -> tuple[dict[str, str], Path]:  # type: ignore[no-untyped-def]
+    """Topics under `prefix` and a gateway's environment (2 s deadline: nothing stands behind it)."""
+    var_dir = tmp_path / "var"
     var_dir.mkdir()
     await create_topics(load_settings(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix))
-    env = service_env(
-        broker.bootstrap,
-        prefix,
-        var_dir,
-        SY_GATEWAY_TIMEOUT_S="2",
+    return service_env(broker.bootstrap, prefix, var_dir, SY_GATEWAY_TIMEOUT_S="2", **settings), var_dir
+
+
+async def test_rate_overload_and_stream_limits(broker, tmp_path: Path) -> None:
+    env, var_dir = await gateway_env(
+        broker,
+        tmp_path,
+        "limits.",
         SY_API_KEYS=json.dumps({"sk-rate": "slow", "sk-free": "free", "sk-s": "streamer"}),
         SY_GATEWAY_RATE_LIMITS=json.dumps({"slow": 0.5}),
         SY_GATEWAY_RATE_BURST_S="2",
@@ -96,14 +100,10 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
     OpenAPI document lists them, so a new route is covered); the token budget counts prompt +
     max_tokens x n; queued async requests, unfinished rollouts, kept files and open batches
     have quotas, each a 429 with Retry-After; retries of what was accepted are not refused."""
-    prefix, var_dir = "admit.", tmp_path / "var"
-    var_dir.mkdir()
-    await create_topics(load_settings(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix))
-    env = service_env(
-        broker.bootstrap,
-        prefix,
-        var_dir,
-        SY_GATEWAY_TIMEOUT_S="2",
+    env, var_dir = await gateway_env(
+        broker,
+        tmp_path,
+        "admit.",
         SY_CACHE_ENABLED="false",
         SY_API_KEYS=json.dumps({"sk-r": "rated", "sk-t": "tokens", "sk-q": "quota"}),
         SY_GATEWAY_RATE_LIMITS=json.dumps({"rated": 0.01}),  # one request per 100 s window
