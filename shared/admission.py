@@ -104,9 +104,6 @@ class Admission:
     def rate_of(self, tenant: str) -> float | None:
         return self._rates.get(tenant, self._rates.get("*"))
 
-    def budget_of(self, tenant: str) -> int | None:
-        return self._budgets.get(tenant, self._budgets.get("*"))
-
     async def _hit(self, item: RateLimitItem, tenant: str, cost: int = 1) -> bool:
         """Count `cost` against the item; True (admitted) when the storage cannot be reached."""
         try:

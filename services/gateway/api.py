@@ -23,6 +23,7 @@ from shared.auth import bearer, tenant_for_key
 from shared.config import Settings
 from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
 from shared.openai_errors import error_body, error_response, error_type
+from shared.prepare import prompt_texts
 from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
 from .batches import batch_router
@@ -198,7 +199,7 @@ def create_app(backend: Backend) -> FastAPI:
     async def spend_tokens(env: Envelope) -> None:
         """The tenant's token budget: prompt tokens (counted when prepared here, else estimated)
         plus what the request may generate (max_tokens, or the context, times n)."""
-        prompt = env.tokens.total or estimate_tokens(prompt_bytes(env))
+        prompt = env.tokens.total or estimate_tokens(sum(len(t.encode()) for t in prompt_texts(env)))
         sampling = env.request.sampling
         gen = sampling.max_tokens if sampling.HasField("max_tokens") else s.vllm_max_model_len
         await admission.tokens(env.tenant, prompt + gen * max(1, sampling.n))
@@ -622,15 +623,6 @@ def create_app(backend: Backend) -> FastAPI:
     )
     app.include_router(batch_router(s, tenant_of))  # /v1/files, /v1/batches (services/batch runs them)
     return app
-
-
-def prompt_bytes(env: Envelope) -> int:
-    """UTF-8 bytes of a request's text (for a token estimate where it was not tokenized here)."""
-    req = env.request
-    n = len(req.prompt.encode())
-    for m in req.messages:
-        n += len(m.content.encode()) + sum(len(p.text.encode()) for p in m.parts)
-    return n
 
 
 def adapter_header(env: Envelope) -> dict[str, str]:
