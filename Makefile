@@ -24,7 +24,7 @@ install: $(STAMP)
 # The Triton server's own venv (var/triton-venv: numpy<2, torch CPU; deploy/triton/requirements.txt),
 # re-installed when that file changes. `switchyard up` would create it too; here it is done up front.
 triton-venv: $(STAMP)
-	$(BIN)/python -m shared.embedded.triton var
+	$(BIN)/python -m shared.devstack.embedded.triton var
 
 # Builds the local model once (cached under var/models), then starts everything.
 run: $(STAMP) triton-venv
@@ -55,9 +55,9 @@ lint: $(STAMP)
 # Regenerate the protobuf Python code, the AsyncAPI document and the README settings table
 # (all committed; tests fail when any is stale).
 proto: $(STAMP)
-	$(BIN)/python -m shared.protogen
-	$(BIN)/python -m shared.asyncapi
-	$(BIN)/python -m shared.config --readme
+	$(BIN)/python -m shared.devstack.protogen
+	$(BIN)/python -m shared.devstack.asyncapi
+	$(BIN)/python -m shared.runtime.config --readme
 
 clean:
 	rm -rf var/run var/bench

@@ -21,7 +21,7 @@ from typing import Any
 import openai
 
 from loadtests.pipeline import ROOT, pct, start_pipeline
-from shared.models import tasks
+from shared.devstack.models import tasks
 
 MAX_TOKENS = 16
 DEFAULT_LINES = 2000
@@ -113,8 +113,8 @@ async def batch(client: openai.AsyncOpenAI, bodies: list[dict[str, Any]]) -> dic
 
 
 async def run(out: Path, quick: bool = False, lines: int | None = None) -> dict[str, Any]:
-    from shared.config import Settings
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
+    from shared.runtime.config import Settings
 
     n = lines or (200 if quick else DEFAULT_LINES)
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)

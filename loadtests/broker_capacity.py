@@ -26,7 +26,7 @@ import httpx
 
 from loadtests.pipeline import ROOT, pct, start_pipeline
 from loadtests.stack import stop_stack
-from shared.embedded.procs import rss_bytes
+from shared.runtime.procs import rss_bytes
 
 ROUND_REQUESTS = 1000
 CONCURRENCY = 8
@@ -124,8 +124,8 @@ async def probe(client: httpx.AsyncClient, index: int, n: int) -> tuple[list[flo
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.config import Settings
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
+    from shared.runtime.config import Settings
 
     minutes = os.environ.get("SWITCHYARD_CAPACITY_MINUTES")
     size = (

@@ -1,7 +1,7 @@
 """Bus benchmarks on the embedded broker.
 
-- hop latency: records produced at a steady rate through shared.bus.Producer, consumed by a
-  shared.bus.StageConsumer; latency = consume time - the producer's sent-ns header. Swept over
+- hop latency: records produced at a steady rate through shared.runtime.bus.Producer, consumed by a
+  shared.runtime.bus.StageConsumer; latency = consume time - the producer's sent-ns header. Swept over
   SY_KAFKA_FETCH_MAX_WAIT_MS, which sets the per-hop floor on this broker.
 - stage throughput: a backlog of envelopes on sy.routing drained by the real router service
   process; records/s from the first to the last output's sent time.
@@ -20,12 +20,12 @@ from pathlib import Path
 
 from switchyard.v1.envelope_pb2 import ChatMessage, Request
 
-from shared.bus import OutRecord, Producer, StageConsumer, sent_ns
-from shared.config import load_settings
-from shared.embedded.kafka import EmbeddedKafka
-from shared.embedded.procs import free_port, stop_process
-from shared.envelope import Envelope, Kind, encode
-from shared.kafka_admin import create_topics
+from shared.devstack.embedded.kafka import EmbeddedKafka
+from shared.runtime.bus import OutRecord, Producer, StageConsumer, sent_ns
+from shared.runtime.config import load_settings
+from shared.runtime.envelope import Envelope, Kind, encode
+from shared.runtime.kafka_admin import create_topics
+from shared.runtime.procs import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -128,8 +128,8 @@ async def written_back(var_dir: Path, n: int, timeout_s: float = 60) -> None:
 
     url = json.loads((var_dir / "run" / "endpoints.json").read_text())["services"]["cache"]["url"]
     deadline = time.monotonic() + timeout_s
-    from shared.admin import admin_headers
-    from shared.config import load_settings
+    from shared.runtime.admin import admin_headers
+    from shared.runtime.config import load_settings
 
     async with httpx.AsyncClient(timeout=10, headers=admin_headers(load_settings())) as http:
         while time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def _parts(into: dict[str, list[float]], info: dict[str, Any], client_ms: float)
 def _env(i: int, text: str, tenant: str) -> Any:
     from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 
-    from shared.envelope import Envelope, Kind
+    from shared.runtime.envelope import Envelope, Kind
 
     return Envelope(
         request_id=f"b-{i}",
@@ -206,7 +206,7 @@ async def lookups(var_dir: Path, sizes: list[int], probes: int, warmup: int = 0)
     from services.cache.lookup import SemanticCache
     from services.cache.policy import CachePolicy
     from services.cache.store import CacheStore
-    from shared.embedded.milvus import EmbeddedMilvus
+    from shared.devstack.embedded.milvus import EmbeddedMilvus
 
     encode = service_encoder()
     base_texts = [a for a, _ in paraphrase_pairs(300)] or ["How do I reset my password?"]
@@ -325,7 +325,7 @@ async def embedding_latency(encode: Any, texts: list[str], reps: int) -> dict[st
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     var_dir = (out / "cache-var").resolve()
     var_dir.mkdir(parents=True, exist_ok=True)

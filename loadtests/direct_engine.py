@@ -21,7 +21,7 @@ async def main(
 ) -> list[dict[str, Any]]:
     from loadtests.pipeline import pct, prompts
     from loadtests.stack import placed_asyncllm
-    from shared.config import load_settings
+    from shared.runtime.config import load_settings
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
     llm = placed_asyncllm(settings, placement)

@@ -1,7 +1,7 @@
 """lora-scaling: tokens/s with 0 (base), 1, 4 and 16 distinct LoRA adapters, uniform and Zipf
 popularity, with adapter-affinity routing on and off, plus the cold load of one adapter.
 
-Four pipelines (`python -m shared.cli up`). One vLLM worker, LoRA on, then off: adapters against
+Four pipelines (`python -m shared.devstack.cli up`). One vLLM worker, LoRA on, then off: adapters against
 base with the engine on its own core (the target is read here; base requests run through a
 zero-weight adapter whenever LoRA is on, so the LoRA-off run gives what LoRA costs). Then two
 workers, affinity routing on and off: the launcher starts one, this scenario starts a second
@@ -43,8 +43,8 @@ import openai
 
 from loadtests.pipeline import pct, prompts
 from loadtests.stack import run_result, stack_env, start_stack
-from shared.cpus import format_cpus, service_cpus
-from shared.embedded.procs import child_setup, free_port, kill_group, stop_process
+from shared.runtime.cpus import format_cpus, service_cpus
+from shared.runtime.procs import child_setup, free_port, kill_group, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
@@ -134,7 +134,7 @@ class Heartbeats:
 
 
 class Stack:
-    """`shared.cli up` plus a second vLLM worker started here (the launcher runs one per service)."""
+    """`shared.devstack.cli up` plus a second vLLM worker started here (the launcher runs one per service)."""
 
     def __init__(self, var_dir: Path, model_dir: Path, workers: int, **extra: str) -> None:
         self.var_dir = var_dir
@@ -197,7 +197,7 @@ class Stack:
         )
         services = service_cpus(env.get("SY_SERVICE_CPUS", "auto"))
         cpus = None
-        if services is not None:  # as the launcher starts its own worker (shared/cpus.py)
+        if services is not None:  # as the launcher starts its own worker (shared/runtime/cpus.py)
             env["SY_FRONTEND_CPUS"] = format_cpus(services)
             # The launcher's worker has the engine cores the services leave (SY_ENGINE_CPUS=own);
             # this one's engine goes on the services' cores, so the two engines never share one
@@ -453,7 +453,7 @@ async def run_stack(
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     t0 = time.perf_counter()
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)

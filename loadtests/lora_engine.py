@@ -27,7 +27,7 @@ async def main(model_dir: str, adapters_dir: str, lora: bool, n: int) -> dict[st
     from loadtests.pipeline import prompts
     from services.vllm_worker.adapters import zero_adapter
     from services.vllm_worker.engine import engine_args, engine_environment
-    from shared.config import load_settings
+    from shared.runtime.config import load_settings
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=lora)
     engine_environment(settings)

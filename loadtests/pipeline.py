@@ -35,8 +35,8 @@ from typing import Any
 
 import httpx
 
-from shared.embedded.procs import free_port, stop_process
-from shared.models import tasks
+from shared.devstack.models import tasks
+from shared.runtime.procs import free_port, stop_process
 
 from .stack import (
     baseline_executors,
@@ -158,7 +158,7 @@ async def workload(
 async def after_idle(base_url: str, api_key: str, probes: int = 3) -> dict[str, Any]:
     """TTFT of single requests each sent after an idle spell longer than SY_KAFKA_IDLE_AFTER_S:
     what the readers' idle fetch wait costs the first request (docs/stage-rules.md: idle readers)."""
-    from shared.config import Settings
+    from shared.runtime.config import Settings
 
     from .stack import overrides
 
@@ -193,7 +193,7 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 def start_vllm_server(model_dir: Path, var_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     from services.vllm_worker.engine import engine_environment
-    from shared.config import load_settings
+    from shared.runtime.config import load_settings
 
     settings = load_settings(var_dir=var_dir, vllm_model_path=str(model_dir))
     engine_environment(settings)
@@ -340,7 +340,7 @@ def run_direct_best(model_dir: Path, levels: list[tuple[int, int]]) -> list[dict
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     var_dir = (out / "pipeline-var").resolve()

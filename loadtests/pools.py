@@ -26,8 +26,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from switchyard.v1.envelope_pb2 import ChatMessage, Priority, Request, SamplingParams
 
-from shared.envelope import Envelope, Kind, decode, encode
-from shared.models import tasks
+from shared.devstack.models import tasks
+from shared.runtime.envelope import Envelope, Kind, decode, encode
 
 from .stack import start_stack, stop_stack
 
@@ -213,7 +213,7 @@ def choose_pool_overhead(n: int = 20000) -> dict[str, Any]:
 
     from services.router.policy import PoolState, choose_pool
     from services.router.workers import WorkerTable
-    from shared.config import PoolConfig
+    from shared.runtime.config import PoolConfig
 
     devices = ["gpu", "cpu", "edge", "cpu"]
     pools = [
@@ -252,7 +252,7 @@ def choose_pool_overhead(n: int = 20000) -> dict[str, Any]:
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     var_dir = (out / "pools-var").resolve()

@@ -74,7 +74,7 @@ def span_cost_us(n: int = 20000) -> dict[str, float]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 
-    from shared.telemetry import JsonlSpanExporter, inject_headers, record_span
+    from shared.runtime.telemetry import JsonlSpanExporter, inject_headers, record_span
 
     def one_side(sampled: bool) -> float:
         with tempfile.TemporaryDirectory() as d:
@@ -113,7 +113,7 @@ def span_cost_us(n: int = 20000) -> dict[str, float]:
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     n, concurrency, rounds = (16, 4, 2) if quick else (64, 8, 8)

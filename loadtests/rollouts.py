@@ -44,7 +44,7 @@ from loadtests.stack import (
     split_ceiling,
     switchyard_placement,
 )
-from shared.models import tasks
+from shared.devstack.models import tasks
 
 MAX_TOKENS = 32
 # Job sizes (prompts; n samples each), run in one engine / one pipeline. The headline is the larger:
@@ -76,8 +76,8 @@ async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
 
     from services.reward.groups import build_records
     from services.reward.scoring import Published, RewardStage
-    from shared.envelope import Envelope, Kind
     from shared.rewards import Sample, SpecItem, default_functions, score_group
+    from shared.runtime.envelope import Envelope, Kind
 
     fns = default_functions(None)
     items = [SpecItem(n, w, p) for n, w, p in SPEC]
@@ -146,7 +146,7 @@ async def direct_main(
     front end on the services' cores, as in the vLLM worker — what the engine does with the
     cores Switchyard leaves it, to tell the pipeline's cost from the cores' cost. `executor`:
     SY_VLLM_CPU_EXECUTOR for this engine (`auto` as the worker chooses)."""
-    from shared.config import load_settings
+    from shared.runtime.config import load_settings
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
     llm = placed_asyncllm(settings, placement)
@@ -331,7 +331,7 @@ def compare(direct: dict[str, Any], ours: dict[str, Any], same: dict[str, Any] |
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     model_dir = build_model("sy-tiny", models_dir(), progress=False)  # built once, reused
     var_dir = (out / "rollouts-var").resolve()

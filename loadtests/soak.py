@@ -39,8 +39,8 @@ from aiokafka.errors import KafkaError
 
 from loadtests.pipeline import ROOT, start_pipeline
 from loadtests.stack import overrides
-from shared.profiling import runner
-from shared.profiling.scenarios import Scenario
+from shared.devstack.profiling import runner
+from shared.devstack.profiling.scenarios import Scenario
 
 # A leak of ~9 KiB per request at 2 requests/s; allocator noise on these services is far below.
 MAX_SLOPE_MIB_PER_H = 64.0
@@ -357,8 +357,8 @@ def broker_growth(memory: dict[str, dict[str, Any]], valid: int, hostile: list[H
 
 
 async def run(out: Path, quick: bool = False, duration_s: float | None = None) -> dict[str, Any]:
-    from shared.config import Settings
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
+    from shared.runtime.config import Settings
 
     model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     var_dir = (out / "soak-var").resolve()

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shared.cpus import has_gpu
-from shared.embedded.procs import free_port
+from shared.runtime.cpus import has_gpu
+from shared.runtime.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def switchyard_placement() -> tuple[frozenset[int], frozenset[int]] | None:
     """(engine cores, services' cores) as `switchyard up` places them on this host by default
     (SY_SERVICE_CPUS=auto, SY_ENGINE_CPUS=own), or None where it pins nothing (GPU, one core)."""
-    from shared.cpus import engine_cpus, service_cpus
+    from shared.runtime.cpus import engine_cpus, service_cpus
 
     every = frozenset(os.sched_getaffinity(0))
     services = service_cpus("auto", every)
@@ -84,7 +84,7 @@ def placed_asyncllm(settings: Any, placement: str) -> Any:
     process on the cores `switchyard up` gives the engine and this process (the front end) on the
     services' cores, as in the vLLM worker; `all`: every core."""
     from services.vllm_worker.engine import engine_args, engine_environment
-    from shared.cpus import pin_process
+    from shared.runtime.cpus import pin_process
 
     cores = switchyard_placement() if placement == "switchyard" else None
     if cores is not None:
@@ -148,7 +148,7 @@ def start_stack(
     argv = [
         sys.executable,
         "-m",
-        "shared.cli",
+        "shared.devstack.cli",
         "up",
         *(["--services", ",".join(services)] if services else []),
     ]

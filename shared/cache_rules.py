@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from shared.config import Settings
-from shared.envelope import Envelope
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
 
 NO_STORE = "no_store"  # envelope metadata key: "1"/"true" = never store this request or its answer
 

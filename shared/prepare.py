@@ -20,9 +20,9 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from shared.cache_rules import cache_may_answer, has_media
-from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Kind, Priority, Rejected
-from shared.telemetry import add_timing, get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, ErrorCode, Kind, Priority, Rejected
+from shared.runtime.telemetry import add_timing, get_logger
 
 log = get_logger(__name__)
 

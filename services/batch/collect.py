@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.batch_store import BatchStore
-from shared.envelope import Envelope
-from shared.stage import Emit
-from shared.telemetry import get_logger
+from shared.batches.store import BatchStore
+from shared.runtime.envelope import Envelope
+from shared.runtime.stage import Emit
+from shared.runtime.telemetry import get_logger
 
 from .lines import result_of
 

@@ -1,6 +1,6 @@
 """One batch job from validating to a final status, resumable from storage at any point.
 
-Everything a job knows survives in object storage (shared/batch_store.py): the validated
+Everything a job knows survives in object storage (shared/batches/store.py): the validated
 lines, how many were sent, and the answers the collector stored. A job whose worker was killed
 is started again (by the batch service's sweep, or by the broker redelivering it) and goes on
 from there: lines sent before are not lost (the collector still stores their answers), and a
@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from shared.batch_store import TERMINAL, BatchObject, BatchStore, RequestCounts, jsonl, read_jsonl
-from shared.config import Settings
-from shared.envelope import Envelope
-from shared.telemetry import get_logger
+from shared.batches.store import TERMINAL, BatchObject, BatchStore, RequestCounts, jsonl, read_jsonl
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.telemetry import get_logger
 
 from .lines import KnownModel, LineError, envelope_for, error_line, line_of, output_line, validate_lines
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.envelope import Envelope, Priority
-from shared.openai_errors import error_body, error_type
-from shared.openai_format import response_body, to_envelope
-from shared.openai_schemas import ChatCompletionRequest, CompletionRequest
+from shared.openai.errors import error_body, error_type
+from shared.openai.format import response_body, to_envelope
+from shared.openai.protocol import ChatCompletionRequest, CompletionRequest
+from shared.runtime.envelope import Envelope, Priority
 
 # known_model(tenant, model) -> whether the tenant may use it (a base model or a visible adapter)
 KnownModel = Callable[[str, str], Awaitable[bool]]

@@ -14,17 +14,17 @@ import subprocess
 import sys
 import time
 
-from shared.batch_store import BatchStore
-from shared.bus import Producer, StageConsumer, off_path_wait_ms
-from shared.celery_app import QUEUE, RUN_BATCH, make_celery
-from shared.config import Settings
-from shared.embedded.procs import die_with_parent, stop_process
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.stage import envelope_handler
-from shared.storage import open_store
-from shared.telemetry import get_logger
+from shared.batches.celery_app import QUEUE, RUN_BATCH, make_celery
+from shared.batches.store import BatchStore
+from shared.runtime.bus import Producer, StageConsumer, off_path_wait_ms
+from shared.runtime.config import Settings
+from shared.runtime.health import Health
+from shared.runtime.procs import die_with_parent, stop_process
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import envelope_handler
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import get_logger
 
 from .collect import Collector
 

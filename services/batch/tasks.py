@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.adapter_refs import parse_ref
-from shared.batch_store import BatchStore
-from shared.bus import Producer
-from shared.celery_app import RUN_BATCH, make_celery
-from shared.config import Settings
-from shared.envelope import Envelope
-from shared.ingest_auth import ServiceSigner
-from shared.production import HeldSecrets
-from shared.registry_client import RegistryClient, RegistryError
-from shared.service import settings_or_exit
-from shared.stage import Emit, out_record
-from shared.storage import open_store
-from shared.telemetry import configure_logging, get_logger
+from shared.adapters.refs import parse_ref
+from shared.adapters.registry_client import RegistryClient, RegistryError
+from shared.batches.celery_app import RUN_BATCH, make_celery
+from shared.batches.store import BatchStore
+from shared.runtime.bus import Producer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.ingest_auth import ServiceSigner
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import settings_or_exit
+from shared.runtime.stage import Emit, out_record
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import configure_logging, get_logger
 
 from .job import BatchJob
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.cpus import pin_thread, usable_cpus
-from shared.envelope import DependencyUnavailable
-from shared.models.minilm import MAX_TOKENS, export_minilm_onnx
-from shared.outages import TRITON, triton_down
-from shared.telemetry import get_logger
+from services.cache.minilm import MAX_TOKENS, export_minilm_onnx
+from shared.runtime.cpus import pin_thread, usable_cpus
+from shared.runtime.envelope import DependencyUnavailable
+from shared.runtime.outages import TRITON, triton_down
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from shared.envelope import Envelope
+from shared.runtime.envelope import Envelope
 
 # SamplingParams fields that change what the engine returns (`stream` only changes the transport).
 OUTPUT_PARAMS = (

@@ -18,8 +18,8 @@ from switchyard.v1.envelope_pb2 import Response
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
 from shared.cache_rules import has_media
-from shared.envelope import Envelope
-from shared.telemetry import add_timing
+from shared.runtime.envelope import Envelope
+from shared.runtime.telemetry import add_timing
 
 from .embed import BatchingEmbedder
 from .front import ExactFront

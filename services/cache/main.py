@@ -21,17 +21,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from switchyard.v1.events_pb2 import AdapterEvent, CachePurge, Heartbeat
 
-from shared.auth import is_internal
-from shared.bus import OutRecord, Producer, follow, off_path_wait_ms
-from shared.config import Settings
-from shared.cpus import parse_cpus
-from shared.envelope import CONTENT_TYPE_PROTOBUF, DependencyUnavailable, Envelope
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
-from shared.storage import ObjectNotFound, ObjectStore, open_store
-from shared.telemetry import add_timing, get_logger
+from shared.runtime.auth import is_internal
+from shared.runtime.bus import OutRecord, Producer, follow, off_path_wait_ms
+from shared.runtime.config import Settings
+from shared.runtime.cpus import parse_cpus
+from shared.runtime.envelope import CONTENT_TYPE_PROTOBUF, DependencyUnavailable, Envelope
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_consumer
+from shared.runtime.storage import ObjectNotFound, ObjectStore, open_store
+from shared.runtime.telemetry import add_timing, get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
 from .front import ExactFront

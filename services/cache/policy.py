@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.cache_rules import NO_STORE, bypass_reason
-from shared.envelope import Envelope
+from shared.runtime.envelope import Envelope
 
 __all__ = ["NO_STORE", "CachePolicy"]
 

@@ -30,8 +30,8 @@ import numpy as np
 from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import ConnectError, MilvusException, MilvusUnavailableException
 
-from shared.envelope import DependencyUnavailable
-from shared.outages import (
+from shared.runtime.envelope import DependencyUnavailable
+from shared.runtime.outages import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_UNAVAILABLE,
     MILVUS,

@@ -2,7 +2,7 @@
 
 An answer is only reusable while the weights that produced it still serve: when a model is
 retrained or replaced under the same name, its workers report a new fingerprint
-(shared/model_version.py). The cache then serves only entries of live versions and deletes the
+(shared/generation/model_version.py). The cache then serves only entries of live versions and deletes the
 others. A version is live while some worker reported it within `window_s`; while no version of a
 model is known (no worker up yet, or all of them down), nothing is filtered or deleted, so a
 restart of every worker does not wipe the cache.

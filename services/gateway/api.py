@@ -17,22 +17,29 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.adapter_refs import parse_ref, ref_from_manifest
-from shared.admission import Admission, Refused, estimate_tokens
-from shared.auth import bearer, tenant_for_key
-from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
-from shared.openai_errors import error_body, error_response, error_type
+from shared.adapters.refs import parse_ref, ref_from_manifest
+from shared.openai.errors import error_body, error_response, error_type
+from shared.openai.format import (
+    StreamDeduper,
+    choice_logprobs,
+    chunk,
+    reply_model,
+    response_body,
+    to_envelope,
+)
+from shared.openai.protocol import AsyncRequest, ChatCompletionRequest, CompletionRequest
 from shared.prepare import prompt_texts
-from shared.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
+from shared.runtime.admission import Admission, Refused, estimate_tokens
+from shared.runtime.auth import bearer, tenant_for_key
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, ErrorCode, Kind, Rejected, encode, new_request_id
+from shared.runtime.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
 from .batches import batch_router
 from .cache_peek import worth_peeking
 from .limits import Slots
-from .openai_format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body, to_envelope
 from .replies import ReplyRouter, ResultStore
 from .rollouts import RolloutStore, rollout_router
-from .schemas import AsyncRequest, ChatCompletionRequest, CompletionRequest
 from .sse import BoundedStreamingResponse
 
 log = get_logger(__name__)
@@ -545,7 +552,7 @@ def create_app(backend: Backend) -> FastAPI:
             except Exception as exc:  # noqa: BLE001 - base models are still worth listing
                 log.warning("registry unavailable; listing base models only", error=str(exc))
                 adapters = []
-            for a in adapters:  # shared.registry_client.Adapter
+            for a in adapters:  # shared.adapters.registry_client.Adapter
                 latest = a.versions[-1] if a.versions else None
                 data.append(
                     {

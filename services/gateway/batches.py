@@ -17,12 +17,12 @@ from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.batch_store import TERMINAL, BatchObject, BatchStore, new_batch_id
-from shared.celery_app import QUEUE, RUN_BATCH, make_celery
-from shared.config import Settings
-from shared.openai_errors import error_response
-from shared.storage import open_store
-from shared.telemetry import get_logger
+from shared.batches.celery_app import QUEUE, RUN_BATCH, make_celery
+from shared.batches.store import TERMINAL, BatchObject, BatchStore, new_batch_id
+from shared.openai.errors import error_response
+from shared.runtime.config import Settings
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

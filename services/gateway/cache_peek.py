@@ -19,9 +19,9 @@ from __future__ import annotations
 import httpx
 
 from shared.cache_rules import cache_may_answer, has_media
-from shared.config import Settings
-from shared.envelope import CONTENT_TYPE_PROTOBUF, Envelope
-from shared.telemetry import get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import CONTENT_TYPE_PROTOBUF, Envelope
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

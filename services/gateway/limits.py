@@ -3,7 +3,7 @@
 - concurrent streams per tenant: a slow SSE reader holds one slot, never worker capacity;
 - requests in flight in this replica: past the bound the gateway answers 503 instead of queueing
   without limit in front of a saturated pool.
-Rates and token budgets are counted in shared/admission.py (the `limits` library, optionally in
+Rates and token budgets are counted in shared/runtime/admission.py (the `limits` library, optionally in
 Redis so replicas share them); these slots are this process's own connections.
 """
 

@@ -8,7 +8,9 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.bus import (
+from shared.adapters.registry_client import RegistryClient
+from shared.prepare import TextPreparer
+from shared.runtime.bus import (
     JOB_HEADER,
     FetchWaitGuard,
     OutRecord,
@@ -18,16 +20,14 @@ from shared.bus import (
     rewind_reset_logs,
     sent_ns,
 )
-from shared.config import Settings
-from shared.envelope import Envelope, Rejected, decode
-from shared.health import Health
-from shared.ingest_auth import ServiceSigner
-from shared.prepare import TextPreparer
-from shared.production import HeldSecrets
-from shared.registry_client import RegistryClient
-from shared.service import Service, run_service
-from shared.stage import Emit, out_record
-from shared.telemetry import get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Rejected, decode
+from shared.runtime.health import Health
+from shared.runtime.ingest_auth import ServiceSigner
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, out_record
+from shared.runtime.telemetry import get_logger
 
 from .api import Backend, BodyLimit, async_result, create_app, refuse_oversized
 from .cache_peek import CachePeek

@@ -22,7 +22,7 @@ from typing import Any
 
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.envelope import Envelope
+from shared.runtime.envelope import Envelope
 
 
 @dataclass

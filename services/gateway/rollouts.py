@@ -29,15 +29,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from switchyard.v1.envelope_pb2 import RewardFunction, RolloutPrompt
 
-from shared.admission import Admission, estimate_tokens
-from shared.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header, rewind_reset_logs
-from shared.config import Settings
-from shared.envelope import MAX_MAX_TOKENS, Envelope, Kind, Priority, Rejected, decode
-from shared.openai_format import chat_message
+from shared.openai.format import chat_message
+from shared.openai.protocol import ChatMessageIn
 from shared.rewards import SpecItem, check_spec, default_functions, triton_url_of
-from shared.telemetry import get_logger
-
-from .schemas import ChatMessageIn
+from shared.runtime.admission import Admission, estimate_tokens
+from shared.runtime.bus import CONTENT_TYPE_HEADER, FetchWaitGuard, client_kwargs, header, rewind_reset_logs
+from shared.runtime.config import Settings
+from shared.runtime.envelope import MAX_MAX_TOKENS, Envelope, Kind, Priority, Rejected, decode
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

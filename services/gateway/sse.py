@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 from prometheus_client import Counter
 from starlette.types import Message, Send
 
-from shared.telemetry import get_logger
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

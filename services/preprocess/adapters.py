@@ -12,9 +12,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shared.adapter_refs import parse_ref, ref_from_manifest
-from shared.envelope import Envelope, ErrorCode, Rejected
-from shared.telemetry import add_timing
+from shared.adapters.refs import parse_ref, ref_from_manifest
+from shared.runtime.envelope import Envelope, ErrorCode, Rejected
+from shared.runtime.telemetry import add_timing
 
 # resolve(tenant, ref) -> the registry's manifest (dict or model) or None when unknown/invisible.
 Resolve = Callable[[str, str], Awaitable[Any | None]]

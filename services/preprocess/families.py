@@ -28,7 +28,7 @@ from typing import Any
 from shared.prepare import context_tokens, read_json
 
 QWEN2_VL_TYPES = {"qwen2_vl", "qwen2_5_vl"}
-LLAVA_TYPES = {"llava", "sy_vlm"}  # sy_vlm: LLaVA's layout, our encoder (shared/models/vlm.py)
+LLAVA_TYPES = {"llava", "sy_vlm"}  # sy_vlm: LLaVA's layout, our encoder (shared/devstack/models/vlm.py)
 AUDIO_TOKENS_PER_S = {"qwen2_audio": 25.0, "whisper": 50.0}
 
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.bus import Producer
-from shared.config import Settings
-from shared.envelope import Envelope, Kind, Rejected, set_error
-from shared.health import Health
-from shared.ingest_auth import IngestVerifier
+from shared.adapters.registry_client import RegistryClient
 from shared.prepare import Preprocessor, TokenCounter, next_topic
-from shared.production import HeldSecrets
-from shared.registry_client import RegistryClient
 from shared.rewards import default_functions, triton_url_of
-from shared.service import Service, run_service
-from shared.stage import Emit, RecordCheck, envelope_consumer
-from shared.storage import open_store
-from shared.telemetry import get_logger
+from shared.runtime.bus import Producer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Kind, Rejected, set_error
+from shared.runtime.health import Health
+from shared.runtime.ingest_auth import IngestVerifier
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, RecordCheck, envelope_consumer
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import get_logger
 
 from .adapters import AdapterPinner
 from .media_stage import MediaStage

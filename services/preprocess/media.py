@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
-from shared.envelope import Rejected
+from shared.runtime.envelope import Rejected
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated image is refused, never padded with grey
 

@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 import httpx
 from switchyard.v1.envelope_pb2 import MediaRef
 
-from shared.config import Settings
-from shared.envelope import ContentPart, Envelope, ErrorCode, Rejected
 from shared.prepare import check_context, engine_limit
-from shared.storage import ObjectNotFound, ObjectStore, validate_key
-from shared.telemetry import add_timing, get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import ContentPart, Envelope, ErrorCode, Rejected
+from shared.runtime.storage import ObjectNotFound, ObjectStore, validate_key
+from shared.runtime.telemetry import add_timing, get_logger
 
 from .families import ModelMedia, audio_tokens, model_media
 from .media import (

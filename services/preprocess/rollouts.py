@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from shared.envelope import Envelope, ErrorCode, Priority, Rejected
 from shared.rewards import RewardFunction, check_spec, items_from_proto
+from shared.runtime.envelope import Envelope, ErrorCode, Priority, Rejected
 
 
 def policy_version(env: Envelope) -> str:

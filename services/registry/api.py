@@ -16,12 +16,12 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shared.admission import Admission, Refused
-from shared.auth import bearer, is_internal, tenant_for_key
-from shared.config import Settings
-from shared.openai_errors import error_response as openai_error
-from shared.registry_client import Adapter, Manifest
-from shared.telemetry import get_logger
+from shared.adapters.registry_client import Adapter, Manifest
+from shared.openai.errors import error_response as openai_error
+from shared.runtime.admission import Admission, Refused
+from shared.runtime.auth import bearer, is_internal, tenant_for_key
+from shared.runtime.config import Settings
+from shared.runtime.telemetry import get_logger
 
 from .catalog import Catalog
 from .validate import TENANT_RE, RegistryError, check_name, check_upload, parse_adapter_config

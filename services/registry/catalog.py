@@ -19,9 +19,9 @@ from typing import Any
 
 from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion
 
-from shared.registry_client import ADAPTER_FILES, Adapter, Manifest
-from shared.storage import Data, ObjectStore
-from shared.telemetry import get_logger
+from shared.adapters.registry_client import ADAPTER_FILES, Adapter, Manifest
+from shared.runtime.storage import Data, ObjectStore
+from shared.runtime.telemetry import get_logger
 
 from .validate import LATEST, CheckedAdapter, RegistryError, check_alias, check_name, parse_ref
 

@@ -6,13 +6,13 @@ import asyncio
 
 from switchyard.v1.events_pb2 import AdapterEvent
 
-from shared.bus import OutRecord, Producer, follow
-from shared.config import Settings
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.storage import open_store
-from shared.telemetry import get_logger
+from shared.runtime.bus import OutRecord, Producer, follow
+from shared.runtime.config import Settings
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import get_logger
 
 from .api import create_app
 from .catalog import Catalog

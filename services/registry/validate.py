@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from shared.config import Settings
+from shared.runtime.config import Settings
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9._-]{0,63}$")  # starts with a letter: never read as a version

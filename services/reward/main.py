@@ -15,7 +15,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import (
+from shared.adapters.registry_client import RegistryClient
+from shared.rewards import default_functions, triton_url_of
+from shared.rewards.sandbox import isolation
+from shared.runtime.bus import (
     CONTENT_TYPE_HEADER,
     FetchWaitGuard,
     OutRecord,
@@ -26,16 +29,13 @@ from shared.bus import (
     off_path_wait_ms,
     rewind_reset_logs,
 )
-from shared.config import Settings
-from shared.envelope import Envelope, Kind, Rejected, decode, set_error
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.registry_client import RegistryClient
-from shared.rewards import default_functions, triton_url_of
-from shared.rewards.sandbox import isolation
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_handler, out_record
-from shared.telemetry import get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Kind, Rejected, decode, set_error
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_handler, out_record
+from shared.runtime.telemetry import get_logger
 
 from .groups import GroupOutput, error_record
 from .scoring import PolicyVersions, Published, RewardStage

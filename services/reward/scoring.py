@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Histogram
 
-from shared.envelope import Envelope, Kind
 from shared.rewards.functions import RewardFunction, score_group
-from shared.telemetry import get_logger
+from shared.runtime.envelope import Envelope, Kind
+from shared.runtime.telemetry import get_logger
 
 from .groups import (
     CurrentVersion,

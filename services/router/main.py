@@ -12,14 +12,14 @@ import time
 
 from switchyard.v1.events_pb2 import Heartbeat
 
-from shared.bus import CONTENT_TYPE_HEADER, Producer, follow, header
-from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, decode, encode, set_error
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer, out_record
-from shared.telemetry import add_timing, get_logger
+from shared.runtime.bus import CONTENT_TYPE_HEADER, Producer, follow, header
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, ErrorCode, decode, encode, set_error
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_consumer, out_record
+from shared.runtime.telemetry import add_timing, get_logger
 
 from .pending import PendingTable
 from .policy import PoolState, adapter_label, choose_pool
@@ -125,7 +125,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
 
 def main() -> None:
-    # The internal token only guards its admin paths (/metrics: shared/admin.py).
+    # The internal token only guards its admin paths (/metrics: shared/runtime/admin.py).
     run_service("router", build, secrets=lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from switchyard.v1.envelope_pb2 import Priority
 
-from shared.config import PoolConfig
-from shared.envelope import Envelope
+from shared.runtime.config import PoolConfig
+from shared.runtime.envelope import Envelope
 
 from .workers import WorkerTable
 

@@ -19,9 +19,9 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from shared.envelope import DependencyUnavailable
-from shared.generation import EngineStep, Logprob, StepOutput
-from shared.outages import TRITON, triton_down
+from shared.generation.engine_io import EngineStep, Logprob, StepOutput
+from shared.runtime.envelope import DependencyUnavailable
+from shared.runtime.outages import TRITON, triton_down
 
 
 class TritonError(RuntimeError):
@@ -31,7 +31,7 @@ class TritonError(RuntimeError):
 def triton_unavailable(exc: BaseException, what: str) -> DependencyUnavailable | None:
     """DependencyUnavailable for an error that means Triton is down (gRPC UNAVAILABLE: refused,
     shutting down, model reloading), else None: the request's own errors stay TritonError/the
-    library's, retried and then dead-lettered (shared/outages.py says why a deadline is one)."""
+    library's, retried and then dead-lettered (shared/runtime/outages.py says why a deadline is one)."""
     if triton_down(exc):
         return DependencyUnavailable(TRITON, f"{what}: {type(exc).__name__}: {exc}"[:500])
     return None

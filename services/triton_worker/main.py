@@ -1,6 +1,6 @@
 """triton_worker: sy.infer.<pool> -> Triton (gRPC stream) -> sy.stream (deltas) + sy.responses (final).
 
-Same contract as the vLLM worker (shared/generation.py, shared/worker.py): deltas with token
+Same contract as the vLLM worker (shared/generation/engine_io.py, shared/generation/worker.py): deltas with token
 and text offsets, a final response with usage and queue/TTFT/ITL timings, heartbeats with
 in-flight and the partitions it consumes. While Triton is unreachable no heartbeat goes out,
 so the router takes the pool out and fails its pending requests over.
@@ -16,18 +16,24 @@ import httpx
 from prometheus_client import REGISTRY
 from switchyard.v1.events_pb2 import Heartbeat
 
-from shared.bus import Producer
-from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Rejected, set_error
-from shared.generation import Accumulator, deadline_error, deadline_passed, prompt_token_ids, sampling_kwargs
-from shared.health import Health
-from shared.model_version import fingerprint
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
-from shared.storage import open_store
-from shared.telemetry import get_logger
-from shared.worker import StreamPublisher, assigned_partitions, heartbeat_loop
+from shared.generation.engine_io import (
+    Accumulator,
+    deadline_error,
+    deadline_passed,
+    prompt_token_ids,
+    sampling_kwargs,
+)
+from shared.generation.model_version import fingerprint
+from shared.generation.worker import StreamPublisher, assigned_partitions, heartbeat_loop
+from shared.runtime.bus import Producer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, ErrorCode, Rejected, set_error
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_consumer
+from shared.runtime.storage import open_store
+from shared.runtime.telemetry import get_logger
 
 from .client import ScrapedMetrics, TritonEngine, TritonError, unsupported_options
 from .media import vision_inputs

@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image
 from switchyard.v1.envelope_pb2 import MediaRef
 
-from shared.envelope import Envelope, ErrorCode, Rejected
-from shared.storage import ObjectNotFound, ObjectStore
+from shared.runtime.envelope import Envelope, ErrorCode, Rejected
+from shared.runtime.storage import ObjectNotFound, ObjectStore
 
 
 @dataclass(frozen=True)

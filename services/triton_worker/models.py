@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.envelope import ErrorCode, Rejected
+from shared.runtime.envelope import ErrorCode, Rejected
 
 from .client import triton_unavailable
 from .media import VisionSpec

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from switchyard.v1.envelope_pb2 import AdapterRef
 
-from shared.registry_client import ADAPTER_FILES
-from shared.telemetry import get_logger
+from shared.adapters.registry_client import ADAPTER_FILES
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from shared.auth import is_internal
-from shared.config import Settings
-from shared.telemetry import get_logger
+from shared.runtime.auth import is_internal
+from shared.runtime.config import Settings
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.config import Settings
-from shared.cpus import has_gpu
-from shared.telemetry import get_logger
+from shared.runtime.config import Settings
+from shared.runtime.cpus import has_gpu
+from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
 

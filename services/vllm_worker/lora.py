@@ -17,9 +17,9 @@ from typing import Any
 from switchyard.v1.envelope_pb2 import AdapterRef
 from switchyard.v1.events_pb2 import AdapterEvent
 
-from shared.config import Settings
-from shared.envelope import Envelope, ErrorCode, Rejected
-from shared.telemetry import add_timing, get_logger
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, ErrorCode, Rejected
+from shared.runtime.telemetry import add_timing, get_logger
 
 from .adapters import BASE_ADAPTER, AdapterCache, Entry, Fetch, lora_id, zero_adapter
 from .engine import lora_rank

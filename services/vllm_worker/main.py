@@ -9,26 +9,26 @@ from pathlib import Path
 from switchyard.v1.envelope_pb2 import AdapterRef
 from switchyard.v1.events_pb2 import AdapterEvent, Heartbeat
 
-from shared.adapter_refs import ref_from_manifest
-from shared.bus import Producer, follow
-from shared.config import Settings
-from shared.cpus import parse_cpus, pin_process
-from shared.envelope import Envelope, ErrorCode, Rejected, set_error
-from shared.generation import (
+from shared.adapters.refs import ref_from_manifest
+from shared.adapters.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
+from shared.generation.engine_io import (
     Accumulator,
     deadline_error,
     deadline_passed,
     prompt_token_ids,
     sampling_kwargs,
 )
-from shared.health import Health
-from shared.model_version import fingerprint
-from shared.production import HeldSecrets
-from shared.registry_client import ADAPTER_FILES, ChecksumMismatch, RegistryClient, RegistryError
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
-from shared.telemetry import get_logger
-from shared.worker import StreamPublisher, assigned_partitions, heartbeat_loop
+from shared.generation.model_version import fingerprint
+from shared.generation.worker import StreamPublisher, assigned_partitions, heartbeat_loop
+from shared.runtime.bus import Producer, follow
+from shared.runtime.config import Settings
+from shared.runtime.cpus import parse_cpus, pin_process
+from shared.runtime.envelope import Envelope, ErrorCode, Rejected, set_error
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_consumer
+from shared.runtime.telemetry import get_logger
 
 from .api import profile_api
 from .engine import Engine, lora_rank

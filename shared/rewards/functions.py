@@ -7,7 +7,7 @@ over the group. `check` validates params at submission time, so a bad spec is a 
 gateway (or a DLQ record) instead of a zero reward later.
 
 Names: exact_match, numeric_match, regex, json_schema, length_penalty, code_tests,
-task_check (the synthetic tasks of shared/models/tasks.py), reward_model (Triton).
+task_check (the checkable tasks of shared/rewards/tasks.py), reward_model (Triton).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import regex  # ships with transformers; its matcher takes a timeout (user patterns can backtrack)
 
-from shared.envelope import DependencyUnavailable
-from shared.models import tasks
+from shared.rewards import tasks
 from shared.rewards.sandbox import Limits, SandboxConfig, run_python
+from shared.runtime.envelope import DependencyUnavailable
 
 Params = Mapping[str, str]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shared.envelope import DependencyUnavailable
-from shared.outages import TRITON, triton_down
 from shared.rewards.functions import Params, RewardFunction, RewardUnavailable, Sample, Score, _float
+from shared.runtime.envelope import DependencyUnavailable
+from shared.runtime.outages import TRITON, triton_down
 
 
 def build_inputs(samples: Sequence[Sample], params: Params) -> list[Any]:

@@ -142,7 +142,7 @@ class SandboxConfig:
 
     @classmethod
     def from_settings(cls) -> SandboxConfig:
-        from shared.config import get_settings
+        from shared.runtime.config import get_settings
 
         s = get_settings()
         return cls(
@@ -666,7 +666,7 @@ async def _run_remote(url: str, code: str, limits: Limits) -> SandboxResult:
     (the bus retries the group), never a zero reward."""
     import httpx
 
-    from shared.envelope import DependencyUnavailable
+    from shared.runtime.envelope import DependencyUnavailable
 
     try:
         async with httpx.AsyncClient(timeout=limits.timeout_s + 30) as client:
@@ -693,7 +693,7 @@ async def run_python(
         try:
             return await _run_isolated(code, limits, cfg.bwrap, cfg.uid_base)
         except RuntimeError as exc:  # no free uid: saturated, not the code's fault: retry later
-            from shared.envelope import DependencyUnavailable
+            from shared.runtime.envelope import DependencyUnavailable
 
             raise DependencyUnavailable("sandbox", str(exc)) from None
     if cfg.allow_weak:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.embedded.procs import free_port
+from shared.runtime.procs import free_port
 from tests.helpers.kafka import ROOT
 
 # TEST_MODELS_DIR: use an existing models folder (holding sy-tiny/) instead of building one.
@@ -24,7 +24,7 @@ def model_dir() -> Path:
     """The project's own small model, built once and cached under var/models (as `make run` does)."""
     if os.environ.get("TEST_MODELS_DIR"):
         return MODELS_DIR / "sy-tiny"
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     return build_model("sy-tiny", MODELS_DIR, progress=False)
 
@@ -61,7 +61,7 @@ class Pipeline:
             [
                 sys.executable,
                 "-m",
-                "shared.cli",
+                "shared.devstack.cli",
                 "up",
                 *(["--services", ",".join(services)] if services else []),
             ],

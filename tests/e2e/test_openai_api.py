@@ -15,8 +15,9 @@ import openai
 import psutil
 import pytest
 
-from shared.cpus import service_cpus
-from shared.models import tasks
+from shared.devstack.models import tasks
+from shared.rewards.tasks import check as checked
+from shared.runtime.cpus import service_cpus
 from tests.helpers.kafka import ROOT
 from tests.helpers.reliability import record
 
@@ -55,7 +56,7 @@ def test_the_model_answers_its_tasks(client: openai.OpenAI, model_dir) -> None:
         r = client.chat.completions.create(
             model="sy-tiny", messages=[{"role": "user", "content": ex.prompt}], max_tokens=16, temperature=0
         )
-        right += tasks.check(task, ex.prompt, r.choices[0].message.content or "")
+        right += checked(task, ex.prompt, r.choices[0].message.content or "")
     assert manifest["eval_accuracy"][task] >= 0.5, manifest["eval_accuracy"]
     assert right >= 5, f"only {right}/10 {task} answers right"
 
@@ -406,7 +407,7 @@ def test_the_services_leave_the_engine_most_cores(pipeline) -> None:
     """After the SIGKILL above the worker was restarted: its engine (every thread of its
     processes) again has the cores the services leave (SY_ENGINE_CPUS=own, the default), and
     every other process of the stack (the worker's own front end included) stays on the
-    services' cores (shared/cpus.py)."""
+    services' cores (shared/runtime/cpus.py)."""
     every, services = set(os.sched_getaffinity(0)), service_cpus("auto")
     assert services is not None
     own = every - services
@@ -481,7 +482,7 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "shared.cli",
+            "shared.devstack.cli",
             "profile",
             "--scenario",
             "smoke",

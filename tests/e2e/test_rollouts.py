@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.envelope import decode
+from shared.runtime.envelope import decode
 from tests.e2e.conftest import Pipeline
 from tests.helpers.kafka import collect
 from tests.helpers.peft_adapters import build_adapter

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.models import tasks
+from shared.rewards.tasks import check as checked
 from tests.e2e.conftest import Pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -39,7 +39,7 @@ def copy_prompt(word: str) -> str:
 
 
 def right(prompt: str, text: str) -> bool:
-    return tasks.check("copy", prompt, text)
+    return checked("copy", prompt, text)
 
 
 def rollout_body(tenant: str) -> dict[str, Any]:

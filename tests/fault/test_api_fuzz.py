@@ -23,8 +23,8 @@ from switchyard.v1.events_pb2 import AdapterEvent
 
 from services.registry.api import create_app
 from services.registry.catalog import Catalog
-from shared.config import load_settings
-from shared.storage import LocalStore
+from shared.runtime.config import load_settings
+from shared.runtime.storage import LocalStore
 from tests.helpers.adapters import write_base_model
 from tests.helpers.reliability import record
 
@@ -69,8 +69,8 @@ def test_registry_no_5xx_and_responses_match_the_spec(case) -> None:  # type: ig
 def gateway_schema(broker, tmp_path_factory):  # type: ignore[no-untyped-def]
     import asyncio as aio
 
-    from shared.config import load_settings as settings_from
-    from shared.kafka_admin import create_topics
+    from shared.runtime.config import load_settings as settings_from
+    from shared.runtime.kafka_admin import create_topics
     from tests.helpers.kafka import service_env, services
 
     var_dir = tmp_path_factory.mktemp("gw-fuzz")

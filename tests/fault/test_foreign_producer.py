@@ -25,9 +25,9 @@ import httpx
 import pytest
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import header
-from shared.embedded.procs import rss_bytes
-from shared.envelope import decode
+from shared.runtime.bus import header
+from shared.runtime.envelope import decode
+from shared.runtime.procs import rss_bytes
 from tests.e2e.conftest import Pipeline
 from tests.helpers.kafka import collect, produce
 from tests.helpers.reliability import record

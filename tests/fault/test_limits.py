@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from shared.config import load_settings
-from shared.kafka_admin import create_topics
+from shared.runtime.config import load_settings
+from shared.runtime.kafka_admin import create_topics
 from tests.helpers.kafka import service_env, services
 from tests.helpers.reliability import record
 
@@ -136,7 +136,7 @@ async def test_every_route_429s_with_retry_after_and_budgets_and_quotas_hold(bro
             assert int(r.headers["retry-after"]) >= 1, r.headers
 
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            # Admin paths of the process (shared/service.py wraps every service): the internal token.
+            # Admin paths of the process (shared/runtime/service.py wraps every service): the internal token.
             admin = {"Authorization": f"Bearer {INTERNAL}"}
             for path in ("/metrics", "/openapi.json", "/docs"):
                 assert (await http.get(path)).status_code == 401, path

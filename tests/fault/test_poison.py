@@ -19,7 +19,7 @@ import httpx
 from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.envelope import Envelope, Kind, decode, encode
+from shared.runtime.envelope import Envelope, Kind, decode, encode
 from tests.helpers.kafka import collect, produce, service_env, services
 from tests.helpers.reliability import record
 

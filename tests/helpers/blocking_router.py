@@ -1,6 +1,6 @@
 """A router stand-in that hangs on one request id, so a test can SIGKILL it before commit.
 
-Same group and topics as services/router; everything else is the real shared.stage/bus code.
+Same group and topics as services/router; everything else is the real shared.runtime.stage/bus code.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import asyncio
 import os
 from pathlib import Path
 
-from shared.bus import Producer
-from shared.config import Settings
-from shared.envelope import Envelope
-from shared.health import Health
-from shared.production import HeldSecrets
-from shared.service import Service, run_service
-from shared.stage import Emit, envelope_consumer
+from shared.runtime.bus import Producer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.health import Health
+from shared.runtime.production import HeldSecrets
+from shared.runtime.service import Service, run_service
+from shared.runtime.stage import Emit, envelope_consumer
 
 BLOCK_ID = os.environ.get("TEST_BLOCK_ID", "r-block")
 MARKER = Path(os.environ["TEST_MARKER"])

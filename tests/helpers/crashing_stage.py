@@ -11,8 +11,8 @@ import os
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.bus import OutRecord, Producer, StageConsumer
-from shared.config import load_settings
+from shared.runtime.bus import OutRecord, Producer, StageConsumer
+from shared.runtime.config import load_settings
 
 
 async def main() -> None:

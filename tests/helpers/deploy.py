@@ -2,7 +2,7 @@
 
 Each check returns a list of problems (empty = fine), so the tests can also run them on broken
 samples and prove they catch what they claim to. The source of truth is the code: the services of
-shared/launcher.py and services/, Settings and DEFAULT_PORTS of shared/config.py, and the settings
+shared/devstack/launcher.py and services/, Settings and DEFAULT_PORTS of shared/runtime/config.py, and the settings
 each service's code actually reads.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from shared.config import DEFAULT_PORTS, ConfigError, Settings, known_env_vars, load_settings
-from shared.launcher import SERVICES
+from shared.devstack.launcher import SERVICES
+from shared.runtime.config import DEFAULT_PORTS, ConfigError, Settings, known_env_vars, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -157,7 +157,7 @@ def fields_read(service: str) -> frozenset[str]:
     fields = set(Settings.model_fields)
     names: set[str] = set()
     for path in import_closure(service):
-        if path.name == "config.py" and path.parent.name == "shared":
+        if path.name == "config.py" and path.parent.name == "runtime":
             continue
         for attr in re.findall(r"\.([a-z_][a-z0-9_]*)\b", path.read_text()):
             if attr in fields:
@@ -402,7 +402,7 @@ def compose_service_problems(compose: Mapping[str, Any], names: list[str]) -> li
         env = _env_dict(svc.get("environment"))
         port = DEFAULT_PORTS.get(name)
         if port is None:
-            problems.append(f"compose {name}: no DEFAULT_PORTS entry in shared/config.py")
+            problems.append(f"compose {name}: no DEFAULT_PORTS entry in shared/runtime/config.py")
             continue
         if env.get("SY_HEALTH_PORT") != str(port):
             problems.append(f"compose {name}: SY_HEALTH_PORT should be {port}")

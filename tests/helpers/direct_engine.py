@@ -14,7 +14,7 @@ import sys
 
 async def main(model_dir: str, prompts: list[list[dict[str, str]]], max_tokens: int) -> list[str]:
     from services.vllm_worker.engine import engine_args, engine_environment
-    from shared.config import load_settings
+    from shared.runtime.config import load_settings
 
     settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False)  # the plain engine
     engine_environment(settings)

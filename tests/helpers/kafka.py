@@ -16,7 +16,7 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
-from shared.embedded.procs import free_port
+from shared.runtime.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def service_env(bootstrap: str, prefix: str, var_dir: Path, **extra: str) -> dic
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
         PYTHONUNBUFFERED="1",
-        SY_ENV="dev",  # a test broker is not production (shared/config.py Settings.production)
+        SY_ENV="dev",  # a test broker is not production (shared/runtime/config.py Settings.production)
         SY_KAFKA_BOOTSTRAP=bootstrap,
         SY_TOPIC_PREFIX=prefix,
         SY_KAFKA_SESSION_TIMEOUT_MS="2000",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shared.embedded.procs import free_port, stop_process, wait_port
+from shared.runtime.procs import free_port, stop_process, wait_port
 
 
 def redis_server_bin() -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.storage import ObjectInfo, ObjectNotFound, ObjectStore
+from shared.runtime.storage import ObjectInfo, ObjectNotFound, ObjectStore
 
 
 def sha(b: bytes) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.embedded.milvus import EmbeddedMilvus
+from shared.devstack.embedded.milvus import EmbeddedMilvus
 
 
 @pytest.fixture(scope="session")

@@ -21,11 +21,11 @@ from switchyard.v1.envelope_pb2 import Choice
 
 from services.batch.collect import Collector
 from services.batch.job import BatchJob
-from shared.batch_store import BatchObject, BatchStore, read_jsonl
-from shared.config import Settings
-from shared.embedded.procs import free_port
-from shared.envelope import Envelope
-from shared.storage import LocalStore, ObjectStore, S3Store
+from shared.batches.store import BatchObject, BatchStore, read_jsonl
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.procs import free_port
+from shared.runtime.storage import LocalStore, ObjectStore, S3Store
 
 CHAT = "/v1/chat/completions"
 _buckets = itertools.count()

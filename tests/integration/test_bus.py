@@ -1,4 +1,4 @@
-"""shared.bus stage rules against the real broker, in-process: retries, DLQ, drain, bounded in-flight."""
+"""shared.runtime.bus stage rules against the real broker, in-process: retries, DLQ, drain, bounded in-flight."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import OutRecord, Producer, StageConsumer
-from shared.config import Settings, load_settings
-from shared.kafka_admin import topic_report
+from shared.runtime.bus import OutRecord, Producer, StageConsumer
+from shared.runtime.config import Settings, load_settings
+from shared.runtime.kafka_admin import topic_report
 from tests.helpers.kafka import collect, produce
 
 

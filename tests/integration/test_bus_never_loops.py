@@ -12,8 +12,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import DLQ_EXCERPT_MAX, OutRecord, Producer, header
-from shared.envelope import DependencyUnavailable, ErrorCode, Rejected
+from shared.runtime.bus import DLQ_EXCERPT_MAX, OutRecord, Producer, header
+from shared.runtime.envelope import DependencyUnavailable, ErrorCode, Rejected
 from tests.helpers.kafka import collect, produce
 from tests.integration.test_bus import _run, _settings
 

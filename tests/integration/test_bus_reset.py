@@ -7,9 +7,9 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from shared.bus import follow
-from shared.config import Settings
-from shared.embedded.kafka import EmbeddedKafka
+from shared.devstack.embedded.kafka import EmbeddedKafka
+from shared.runtime.bus import follow
+from shared.runtime.config import Settings
 from tests.helpers.kafka import produce
 
 
@@ -68,8 +68,8 @@ def test_a_producer_with_stale_metadata_sees_the_topics_on_its_retry(tmp_path: P
     metadata_max_age_ms: the router stalled that way for a minute). A failed send refreshes it, so
     the stage's retry goes through. The stale view is made by dropping the partition from the
     client's cache; the broker and the topic are real."""
-    from shared.bus import OutRecord, Producer
-    from shared.config import load_settings
+    from shared.runtime.bus import OutRecord, Producer
+    from shared.runtime.config import load_settings
 
     kafka = EmbeddedKafka(tmp_path / "kafka")
     kafka.start()

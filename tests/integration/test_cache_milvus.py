@@ -29,8 +29,8 @@ from services.cache.lookup import SemanticCache
 from services.cache.policy import CachePolicy
 from services.cache.store import CacheStore, Entry, Purge, now_ms
 from services.cache.versions import LiveVersions
-from shared.embedded.milvus import EmbeddedMilvus
-from shared.envelope import Envelope, Kind
+from shared.devstack.embedded.milvus import EmbeddedMilvus
+from shared.runtime.envelope import Envelope, Kind
 
 _n = itertools.count()
 
@@ -501,7 +501,7 @@ def test_a_front_fill_that_raced_an_invalidation_is_refused() -> None:
 def test_the_embedded_server_collects_garbage_less_often(milvus: EmbeddedMilvus) -> None:
     """Milvus' GC helper caps Go's GC target at 200 by default: a collection every ~80 searches,
     each a search latency spike on a small host. The embedded server runs with MAX_GOGC."""
-    from shared.embedded.milvus import MAX_GOGC
+    from shared.devstack.embedded.milvus import MAX_GOGC
 
     log = milvus.log_path.read_text(errors="replace")
     started = [line for line in log.splitlines() if "GC Helper initialized" in line]

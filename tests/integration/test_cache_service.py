@@ -18,8 +18,8 @@ import httpx
 from switchyard.v1.envelope_pb2 import ChatMessage, Choice, Request, Response, SamplingParams, Usage
 from switchyard.v1.events_pb2 import Heartbeat
 
-from shared.embedded.milvus import EmbeddedMilvus
-from shared.envelope import Envelope, Kind, decode, encode
+from shared.devstack.embedded.milvus import EmbeddedMilvus
+from shared.runtime.envelope import Envelope, Kind, decode, encode
 from tests.helpers.kafka import ServiceProc, collect, produce, service_env, services
 
 MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or Path(__file__).resolve().parents[2] / "var" / "models")

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from shared.config import Settings, load_settings
-from shared.embedded.canary import Canary, CanaryFailed, KafkaProbe
-from shared.envelope import Envelope, decode, encode, set_error
+from shared.devstack.embedded.canary import Canary, CanaryFailed, KafkaProbe
+from shared.runtime.config import Settings, load_settings
+from shared.runtime.envelope import Envelope, decode, encode, set_error
 
 Answer = Callable[[Envelope], Envelope | None]
 

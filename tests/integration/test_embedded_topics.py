@@ -1,5 +1,5 @@
 """`switchyard up` on the embedded broker: one partition per topic unless SY_TOPIC_PARTITIONS says
-otherwise (shared/launcher.py EMBEDDED_TOPIC_PARTITIONS: the broker pays per partition on every
+otherwise (shared/devstack/launcher.py EMBEDDED_TOPIC_PARTITIONS: the broker pays per partition on every
 poll, and the launcher starts one consumer per group), and the services are told the same."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 
-from shared import launcher as launcher_mod
-from shared.config import Settings
-from shared.embedded.procs import free_port
+from shared.devstack import launcher as launcher_mod
+from shared.runtime.config import Settings
+from shared.runtime.procs import free_port
 
 
 async def partitions_of_topics(tmp_path: Path, **kw: object) -> tuple[dict[str, int], dict[str, str]]:

@@ -12,10 +12,10 @@ from pathlib import Path
 from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.bus import header
-from shared.config import Settings
-from shared.envelope import Envelope, Kind, decode, encode
-from shared.ingest_auth import ServiceSigner, sign
+from shared.runtime.bus import header
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Kind, decode, encode
+from shared.runtime.ingest_auth import ServiceSigner, sign
 from tests.helpers.kafka import collect, produce, service_env, services
 
 ACME_SECRET = "acme-ingest-secret-0123456789"

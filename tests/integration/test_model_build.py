@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from shared.models import build, tasks  # noqa: E402
+from shared.devstack.models import build, tasks  # noqa: E402
 
 # A smaller recipe than sy-tiny, same files and format: the test is about the build, not accuracy.
 TINY = {

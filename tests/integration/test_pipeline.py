@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.envelope import Envelope, Kind, decode, encode, to_json
-from shared.telemetry import inject_headers, trace_id_of
+from shared.runtime.envelope import Envelope, Kind, decode, encode, to_json
+from shared.runtime.telemetry import inject_headers, trace_id_of
 from tests.helpers.kafka import collect, produce, service_env, services
 
 STAGES = ["preprocess", "cache", "router"]

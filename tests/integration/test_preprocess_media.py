@@ -18,8 +18,8 @@ from switchyard.v1.envelope_pb2 import (
     SamplingParams,
 )
 
-from shared.envelope import Envelope, Kind, decode, encode
-from shared.storage import LocalStore
+from shared.runtime.envelope import Envelope, Kind, decode, encode
+from shared.runtime.storage import LocalStore
 from tests.helpers import media_files as mf
 from tests.helpers.kafka import collect, produce, service_env, services
 
@@ -89,10 +89,10 @@ async def test_claim_check_against_s3(tmp_path: Path) -> None:
     from moto.server import ThreadedMotoServer
 
     from services.preprocess.media_stage import MediaStage
-    from shared.config import Settings
-    from shared.embedded.procs import free_port
-    from shared.envelope import Rejected
-    from shared.storage import S3Store
+    from shared.runtime.config import Settings
+    from shared.runtime.envelope import Rejected
+    from shared.runtime.procs import free_port
+    from shared.runtime.storage import S3Store
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from shared.config import load_settings
-from shared.envelope import decode, encode
-from shared.kafka_admin import topic_report
+from shared.runtime.config import load_settings
+from shared.runtime.envelope import decode, encode
+from shared.runtime.kafka_admin import topic_report
 from tests.helpers.kafka import ServiceProc, collect, produce, service_env, services
 from tests.integration.test_pipeline import chat
 

@@ -14,9 +14,9 @@ from switchyard.v1.events_pb2 import AdapterEvent
 
 from services.registry.api import create_app
 from services.registry.catalog import Catalog
-from shared.config import Settings, load_settings
-from shared.registry_client import ChecksumMismatch, Manifest, RegistryClient, RegistryError
-from shared.storage import LocalStore
+from shared.adapters.registry_client import ChecksumMismatch, Manifest, RegistryClient, RegistryError
+from shared.runtime.config import Settings, load_settings
+from shared.runtime.storage import LocalStore
 from tests.helpers.adapters import (
     adapter_config,
     adapter_tensors,
@@ -423,8 +423,8 @@ async def test_registry_client(http: httpx.AsyncClient, env: Env, tmp_path: Path
 async def test_main_wiring_publishes_to_broker(broker, topics: str, tmp_path: Path) -> None:
     """services/registry/main.build on the embedded broker: an upload lands on sy.adapters, keyed by name."""
     from services.registry.main import build
-    from shared.bus import Producer
-    from shared.health import Health
+    from shared.runtime.bus import Producer
+    from shared.runtime.health import Health
     from tests.helpers.kafka import collect
 
     write_base_model(tmp_path / "models")

@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from shared.envelope import DependencyUnavailable
 from shared.rewards import Sample, SpecItem, default_functions, score_group
+from shared.runtime.envelope import DependencyUnavailable
 
 URL = os.environ.get("TEST_TRITON_URL")
 MODEL = os.environ.get("TEST_TRITON_REWARD_MODEL", "reward_model")

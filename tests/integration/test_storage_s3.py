@@ -9,8 +9,8 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from shared.embedded.procs import free_port
-from shared.storage import S3Store
+from shared.runtime.procs import free_port
+from shared.runtime.storage import S3Store
 from tests.helpers.storage_contract import StoreContract, sha
 
 _buckets = itertools.count()

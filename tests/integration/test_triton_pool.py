@@ -18,10 +18,10 @@ import pytest
 from switchyard.v1.envelope_pb2 import ChatMessage, Priority, Request, SamplingParams
 from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.config import load_settings
-from shared.embedded.triton import EmbeddedTriton
-from shared.envelope import Envelope, Kind, decode, encode
-from shared.kafka_admin import create_topics
+from shared.devstack.embedded.triton import EmbeddedTriton
+from shared.runtime.config import load_settings
+from shared.runtime.envelope import Envelope, Kind, decode, encode
+from shared.runtime.kafka_admin import create_topics
 from tests.helpers.kafka import ROOT, ServiceProc, collect, produce, service_env
 
 MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or ROOT / "var" / "models")
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.timeout(600)
 def model_dir() -> Path:
     if os.environ.get("TEST_MODELS_DIR"):
         return MODELS_DIR / "sy-tiny"
-    from shared.models.build import build_model
+    from shared.devstack.models.build import build_model
 
     return build_model("sy-tiny", MODELS_DIR, progress=False)
 

@@ -8,9 +8,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.routing import Mount
 
-from shared.admin import AdminGuard, is_admin_path
-from shared.config import load_settings
-from shared.health import Health, health_app
+from shared.runtime.admin import AdminGuard, is_admin_path
+from shared.runtime.config import load_settings
+from shared.runtime.health import Health, health_app
 
 TOKEN = "tok-" + "x" * 40
 

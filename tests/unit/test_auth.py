@@ -1,7 +1,7 @@
 from pydantic import SecretStr
 
-from shared.auth import bearer, is_internal, tenant_for_key
-from shared.config import Settings
+from shared.runtime.auth import bearer, is_internal, tenant_for_key
+from shared.runtime.config import Settings
 
 
 def test_bearer_header_parsing() -> None:

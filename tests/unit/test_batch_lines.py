@@ -14,7 +14,7 @@ from services.batch.lines import (
     validate_lines,
 )
 from services.gateway.batches import window_seconds
-from shared.envelope import Priority
+from shared.runtime.envelope import Priority
 
 CHAT = "/v1/chat/completions"
 

@@ -8,8 +8,8 @@ import sys
 
 from prometheus_client import REGISTRY
 
-from shared.embedded.kafka import BrokerMemoryWatch
-from shared.embedded.procs import rss_bytes
+from shared.devstack.embedded.kafka import BrokerMemoryWatch
+from shared.runtime.procs import rss_bytes
 
 
 def statm_rss(pid: int) -> int:

@@ -7,7 +7,7 @@ from switchyard.v1.envelope_pb2 import AdapterRef, ChatMessage, MediaRef, Reques
 from services.cache.keys import cache_key
 from services.cache.policy import CachePolicy
 from services.cache.verify import Verifier, entities, numbers
-from shared.envelope import Envelope, Kind
+from shared.runtime.envelope import Envelope, Kind
 
 
 def env(*turns: str, temperature: float | None = 0.0, **kw: object) -> Envelope:
@@ -118,7 +118,7 @@ def test_live_versions_follow_heartbeats_within_the_window() -> None:
 
 
 def test_model_fingerprint_tracks_weights_and_memoises(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from shared.model_version import fingerprint
+    from shared.generation.model_version import fingerprint
 
     model = tmp_path / "m"
     model.mkdir()
@@ -263,7 +263,7 @@ async def test_the_embedder_batches_without_a_window_and_never_holds_a_lone_prom
     import numpy as np
 
     from services.cache.embed import BatchingEmbedder
-    from shared.config import Settings
+    from shared.runtime.config import Settings
 
     assert Settings().cache_embed_window_ms == 0
     batches: list[list[str]] = []

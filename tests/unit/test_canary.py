@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from shared.embedded.canary import Canary, GatewayTraffic, RestProbe
-from shared.health import Health, HttpServer, health_app
+from shared.devstack.embedded.canary import Canary, GatewayTraffic, RestProbe
+from shared.runtime.health import Health, HttpServer, health_app
 
 
 @dataclass

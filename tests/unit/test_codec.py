@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, MediaRef, Request, SamplingParams, Timing
 
-from shared.envelope import (
+from shared.runtime.envelope import (
     Envelope,
     Kind,
     Rejected,
@@ -191,7 +191,7 @@ def test_property_decode_never_crashes(data: bytes) -> None:
 
 
 def test_unknown_enum_numbers_are_refused() -> None:
-    from shared.envelope import Rejected, validate
+    from shared.runtime.envelope import Rejected, validate
 
     e = Envelope(request_id="r", tenant="acme", kind=Kind.KIND_CHAT, model="m")
     e.request.messages.add(role="user", content="hi")

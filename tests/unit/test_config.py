@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.config import ConfigError, Settings, known_env_vars, load_settings
+from shared.runtime.config import ConfigError, Settings, known_env_vars, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -74,12 +74,12 @@ def test_secret_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_setting_is_documented_in_readme() -> None:
     from pathlib import Path
 
-    from shared.config import markdown_table
+    from shared.runtime.config import markdown_table
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     missing = [v for v in known_env_vars() if f"`{v}`" not in readme]
-    assert not missing, f"README lacks {missing}: run `python -m shared.config --readme`"
+    assert not missing, f"README lacks {missing}: run `python -m shared.runtime.config --readme`"
     assert markdown_table() in readme, (
-        "README settings table is stale: run `python -m shared.config --readme`"
+        "README settings table is stale: run `python -m shared.runtime.config --readme`"
     )
     assert len(known_env_vars()) == len(Settings.model_fields)

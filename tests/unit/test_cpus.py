@@ -1,4 +1,4 @@
-"""The cores `switchyard up` keeps the services on beside a CPU engine (shared/cpus.py)."""
+"""The cores `switchyard up` keeps the services on beside a CPU engine (shared/runtime/cpus.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.cpus import engine_cpus, format_cpus, parse_cpus, pin_thread, service_cpus
-from shared.embedded.procs import child_setup
+from shared.runtime.cpus import engine_cpus, format_cpus, parse_cpus, pin_thread, service_cpus
+from shared.runtime.procs import child_setup
 
 
 def test_parse_cpu_lists() -> None:
@@ -45,7 +45,7 @@ def test_pin_process_moves_every_thread_including_later_ones() -> None:
     target = min(os.sched_getaffinity(0))
     code = f"""
 import os, threading, time
-from shared.cpus import pin_process
+from shared.runtime.cpus import pin_process
 stop = threading.Event()
 before = threading.Thread(target=stop.wait); before.start()
 moved = pin_process({{{target}}})
@@ -62,7 +62,7 @@ print(moved, len(sets), all(s == {{{target}}} for s in sets.values()))
 def test_settings_refuse_a_malformed_cpu_list() -> None:
     from pydantic import ValidationError
 
-    from shared.config import Settings
+    from shared.runtime.config import Settings
 
     assert Settings(service_cpus="12-15").service_cpus == "12-15"
     assert Settings(service_cpus="off").service_cpus == "off"
@@ -73,8 +73,8 @@ def test_settings_refuse_a_malformed_cpu_list() -> None:
 
 
 def test_launcher_stops_with_the_reason_when_the_cores_do_not_exist(tmp_path) -> None:
-    from shared.config import Settings
-    from shared.launcher import Launcher
+    from shared.devstack.launcher import Launcher
+    from shared.runtime.config import Settings
 
     bad = Settings(var_dir=tmp_path, service_cpus="4096")
     with pytest.raises(RuntimeError, match="outside"):
@@ -94,9 +94,9 @@ def test_embedded_milvus_gets_every_core_when_the_services_are_pinned(tmp_path, 
     wake-up queues behind the stack (exact query 11-19 ms there vs 6-8 ms on every core)."""
     import asyncio
 
-    import shared.launcher as launcher_mod
-    from shared.config import Settings
-    from shared.embedded.milvus import EmbeddedMilvus
+    import shared.devstack.launcher as launcher_mod
+    from shared.devstack.embedded.milvus import EmbeddedMilvus
+    from shared.runtime.config import Settings
 
     made: list[frozenset[int] | None] = []
 
@@ -166,7 +166,7 @@ def test_cpu_executor_runs_the_model_in_the_engine_core_process_on_one_core() ->
 def test_engine_environment_follows_the_cores_the_engine_will_inherit() -> None:
     """The worker calls it on the engine's cores, before vLLM is imported (no GPU here)."""
     code = (
-        "import os; from shared.config import Settings; "
+        "import os; from shared.runtime.config import Settings; "
         "from services.vllm_worker.engine import engine_environment; "
         "engine_environment(Settings(var_dir=os.environ['VAR'])); "
         "print(os.environ['VLLM_ENABLE_V1_MULTIPROCESSING'])"

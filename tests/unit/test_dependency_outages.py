@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 
-from shared.config import load_settings
-from shared.envelope import DependencyUnavailable, Envelope, ErrorCode, Kind, Rejected
+from shared.runtime.config import load_settings
+from shared.runtime.envelope import DependencyUnavailable, Envelope, ErrorCode, Kind, Rejected
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -133,7 +133,7 @@ NOT_FOUND_JSON = b'{"error": {"message": "adapter not found", "type": "not_found
 
 
 def registry_client(host_port: str, timeout_s: float = 2.0) -> Any:
-    from shared.registry_client import RegistryClient
+    from shared.adapters.registry_client import RegistryClient
 
     return RegistryClient(load_settings(registry_url=f"http://{host_port}"), timeout_s=timeout_s)
 
@@ -178,7 +178,7 @@ async def test_registry_gateway_errors_are_dependency_unavailable(status: int, t
 
 async def test_registry_missing_adapter_stays_not_found(tmp_path: Path) -> None:
     from services.preprocess.adapters import AdapterPinner
-    from shared.registry_client import RegistryError
+    from shared.adapters.registry_client import RegistryError
 
     with http_server(lambda method, path: (404, JSON, NOT_FOUND_JSON)) as hp:
         async with registry_client(hp) as client:
@@ -211,7 +211,7 @@ def s3_store(endpoint: str) -> Any:
     import urllib3
     from minio import Minio
 
-    from shared.storage import S3Store
+    from shared.runtime.storage import S3Store
 
     store = S3Store(endpoint, BUCKET, region="us-east-1")
     store.client = Minio(
@@ -262,7 +262,7 @@ async def test_s3_5xx_is_dependency_unavailable(status: int, body: bytes) -> Non
 
 
 async def test_s3_missing_object_stays_not_found() -> None:
-    from shared.storage import ObjectNotFound
+    from shared.runtime.storage import ObjectNotFound
 
     def answer(method: str, path: str) -> Answer:
         if path.rstrip("/") == f"/{BUCKET}":
@@ -280,7 +280,7 @@ async def test_s3_missing_object_stays_not_found() -> None:
 async def test_local_store_io_error_is_dependency_unavailable(tmp_path: Path) -> None:
     """A real EIO from the kernel (reading /proc/self/mem at offset 0), as a failing disk or NFS
     mount gives; a missing object is still ObjectNotFound."""
-    from shared.storage import LocalStore, ObjectNotFound
+    from shared.runtime.storage import LocalStore, ObjectNotFound
 
     store = LocalStore(tmp_path / "objects")
     (store.root / "media").mkdir(parents=True)
@@ -296,7 +296,7 @@ async def test_local_store_io_error_is_dependency_unavailable(tmp_path: Path) ->
 
 async def test_local_store_source_error_is_not_an_outage(tmp_path: Path) -> None:
     """EIO reading the *caller's* file is that file's problem, not the store being down."""
-    from shared.storage import LocalStore
+    from shared.runtime.storage import LocalStore
 
     store = LocalStore(tmp_path / "objects")
     with pytest.raises(OSError) as ei:
@@ -502,7 +502,7 @@ async def test_cache_stage_lookup_is_a_miss_but_write_back_waits(
     from services.cache.lookup import SemanticCache
     from services.cache.policy import CachePolicy
     from services.cache.store import CacheStore
-    from shared.health import Health
+    from shared.runtime.health import Health
 
     handlers: dict[str, Any] = {}
     states: list[dict[str, Any]] = []
@@ -582,7 +582,7 @@ def test_milvus_missing_collection_stays_a_milvus_error() -> None:
 
 def test_outage_chain_does_not_loop() -> None:
     """pymilvus raises `e from e`: walking the causes terminates."""
-    from shared.outages import caused_by
+    from shared.runtime.outages import caused_by
 
     exc = RuntimeError("x")
     exc.__cause__ = exc

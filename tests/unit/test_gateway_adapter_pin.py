@@ -22,9 +22,9 @@ from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 from services.cache.keys import cache_key
 from services.gateway.api import Backend, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
-from shared.config import Settings
-from shared.envelope import Envelope
-from shared.telemetry import add_timing
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.telemetry import add_timing
 
 KEYS = {"sk-a": "acme", "sk-b": "beta"}
 ACME, BETA = {"Authorization": "Bearer sk-a"}, {"Authorization": "Bearer sk-b"}

@@ -12,9 +12,9 @@ from starlette.routing import Route
 
 from services.gateway.limits import Slots
 from services.gateway.sse import SLOW_CLIENTS, BoundedStreamingResponse
-from shared.admission import STORAGE_ERRORS, Admission, Refused, rate_item
-from shared.config import ConfigError, load_settings
-from shared.health import HttpServer
+from shared.runtime.admission import STORAGE_ERRORS, Admission, Refused, rate_item
+from shared.runtime.config import ConfigError, load_settings
+from shared.runtime.health import HttpServer
 
 
 async def test_rate_per_tenant_with_burst_and_retry_after() -> None:

@@ -15,9 +15,9 @@ from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 
 from services.gateway.api import Backend, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
-from shared.config import Settings
-from shared.envelope import Envelope
-from shared.telemetry import add_timing
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.telemetry import add_timing
 
 AUTH = {"Authorization": "Bearer sk-a"}
 BODY = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

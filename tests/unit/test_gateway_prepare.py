@@ -18,9 +18,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from services.gateway.api import Backend, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
-from shared.config import Settings
-from shared.envelope import Envelope
 from shared.prepare import INLINE_CHARS, TextPreparer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
 
 AUTH = {"Authorization": "Bearer sk-a"}
 CONTEXT = 32

@@ -1,13 +1,13 @@
-"""The Kafka ingest signature (shared/ingest_auth.py): what proves a tenant and what does not."""
+"""The Kafka ingest signature (shared/runtime/ingest_auth.py): what proves a tenant and what does not."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import SecretStr
 
-from shared.config import Settings
-from shared.envelope import Envelope, Rejected, encode
-from shared.ingest_auth import SIGNATURE_HEADER, IngestVerifier, ServiceSigner, internal_secret, sign
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Rejected, encode
+from shared.runtime.ingest_auth import SIGNATURE_HEADER, IngestVerifier, ServiceSigner, internal_secret, sign
 
 ACME = b"acme-secret-0123456789"
 NOW = 1_800_000_000.0

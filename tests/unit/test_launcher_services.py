@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared import launcher as launcher_mod
-from shared.config import Settings
+from shared.devstack import launcher as launcher_mod
+from shared.runtime.config import Settings
 
 
 def names(tmp_path: Path, **kw: object) -> list[str]:

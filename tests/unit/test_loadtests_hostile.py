@@ -19,8 +19,8 @@ from loadtests.soak import (
     envelope,
     hostile_record,
 )
-from shared.bus import dead_letter
-from shared.envelope import Rejected, decode, validate
+from shared.runtime.bus import dead_letter
+from shared.runtime.envelope import Rejected, decode, validate
 
 
 def records(n: int) -> list[Hostile]:

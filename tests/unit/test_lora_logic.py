@@ -13,8 +13,8 @@ from switchyard.v1.events_pb2 import Heartbeat
 from services.preprocess.adapters import AdapterPinner
 from services.router.workers import WorkerTable, affinity_partition, spread_partition
 from services.vllm_worker.adapters import AdapterCache, lora_id
-from shared.adapter_refs import parse_ref
-from shared.envelope import Envelope, Rejected
+from shared.adapters.refs import parse_ref
+from shared.runtime.envelope import Envelope, Rejected
 
 WEIGHTS = b"weights-v1" * 100
 SHA = hashlib.sha256(WEIGHTS).hexdigest()

@@ -18,7 +18,7 @@ from services.preprocess.media import (
     parse_data_url,
     sniff_image,
 )
-from shared.envelope import Rejected
+from shared.runtime.envelope import Rejected
 from tests.helpers import media_files as mf
 
 QWEN = default_vision("qwen2_vl")

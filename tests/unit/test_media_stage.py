@@ -16,10 +16,10 @@ from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, Input
 from services.cache.keys import cache_key
 from services.preprocess.media_stage import MediaStage
 from services.router.policy import choose_pool
-from shared.config import PoolConfig, Settings
-from shared.envelope import Envelope, Kind, Rejected
 from shared.prepare import Preprocessor, TokenCounter
-from shared.storage import LocalStore
+from shared.runtime.config import PoolConfig, Settings
+from shared.runtime.envelope import Envelope, Kind, Rejected
+from shared.runtime.storage import LocalStore
 from tests.helpers import media_files as mf
 
 MM_POOLS = [

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from shared.bus import OffsetTracker, backoff_s
+from shared.runtime.bus import OffsetTracker, backoff_s
 
 TP = TopicPartition("t", 0)
 

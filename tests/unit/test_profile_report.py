@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.profiling import report
-from shared.profiling.runner import parse_metrics
-from shared.profiling.scenarios import SCENARIOS, Scenario
+from shared.devstack.profiling import report
+from shared.devstack.profiling.runner import parse_metrics
+from shared.devstack.profiling.scenarios import SCENARIOS, Scenario
 
 
 def request(
@@ -126,7 +126,7 @@ def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -
     import gzip
     import json
 
-    from shared.profiling import engine_trace
+    from shared.devstack.profiling import engine_trace
 
     ev = [
         {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.protogen import PROTO_DIR, generate
+from shared.devstack.protogen import PROTO_DIR, generate
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
@@ -17,8 +17,8 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
 
 
 def test_asyncapi_document_is_fresh() -> None:
-    from shared.asyncapi import OUTPUT, render
-    from shared.config import Settings
+    from shared.devstack.asyncapi import OUTPUT, render
+    from shared.runtime.config import Settings
 
     assert OUTPUT.read_text() == render(Settings()), "stale proto/asyncapi.json: run `make proto` and commit"
 
@@ -27,8 +27,8 @@ def test_asyncapi_schema_matches_json_mapping() -> None:
     """The JSON schema in the document accepts what the codec writes and names every field."""
     from switchyard.v1.envelope_pb2 import Envelope
 
-    from shared.asyncapi import document
-    from shared.config import Settings
+    from shared.devstack.asyncapi import document
+    from shared.runtime.config import Settings
 
     doc = document(Settings())
     env_schema = doc["components"]["schemas"]["switchyard.v1.Envelope"]

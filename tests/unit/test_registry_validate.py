@@ -19,7 +19,7 @@ from services.registry.validate import (
     parse_ref,
     read_safetensors_header,
 )
-from shared.config import PoolConfig, Settings, load_settings
+from shared.runtime.config import PoolConfig, Settings, load_settings
 from tests.helpers.adapters import (
     adapter_config,
     adapter_tensors,

@@ -16,10 +16,10 @@ from switchyard.v1.envelope_pb2 import Choice, RewardFunction, RolloutPrompt
 from services.preprocess.rollouts import fan_out, group_request_id
 from services.reward.groups import build_records, group_stats, samples_of, spec_items, staleness
 from services.reward.scoring import Published, RewardStage, is_group_record
-from shared.envelope import Envelope, Kind, Priority, Rejected, validate
 from shared.rewards import Sample, SpecItem, check_spec, default_functions, score_group
 from shared.rewards.functions import extract_code, final_number
 from shared.rewards.sandbox import Limits, run_python
+from shared.runtime.envelope import Envelope, Kind, Priority, Rejected, validate
 
 FNS = default_functions("127.0.0.1:1")
 
@@ -127,7 +127,7 @@ def test_weighted_combination_and_per_function_scores() -> None:
 
 
 def test_reward_model_down_is_waited_for_not_zero() -> None:
-    from shared.envelope import DependencyUnavailable
+    from shared.runtime.envelope import DependencyUnavailable
 
     items = [SpecItem("reward_model", 1.0, {"model": "rm", "timeout_s": "2"})]
     with pytest.raises(DependencyUnavailable) as ei:  # the bus waits; never a zero reward

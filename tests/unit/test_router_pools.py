@@ -9,8 +9,8 @@ from switchyard.v1.events_pb2 import Heartbeat
 from services.router.pending import PendingTable
 from services.router.policy import PoolState, choose_pool
 from services.router.workers import WorkerTable
-from shared.config import PoolConfig
-from shared.envelope import Envelope, Kind
+from shared.runtime.config import PoolConfig
+from shared.runtime.envelope import Envelope, Kind
 
 GPU = PoolConfig(name="gpu", engine="vllm", device="gpu", models=["sy-tiny"], max_lora_rank=16, cost=4.0)
 CPU = PoolConfig(name="cpu", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8, cost=1.0)
@@ -195,7 +195,7 @@ def test_pending_table_keeps_two_tenants_with_the_same_request_id_apart() -> Non
 
 def test_pool_engine_knobs_pass_through_to_vllm() -> None:
     from services.vllm_worker.engine import pool_engine_knobs
-    from shared.config import Settings
+    from shared.runtime.config import Settings
 
     pools = [
         PoolConfig(name="vllm", engine="vllm", models=["sy-tiny"], precision="bfloat16", cpu_offload_gb=2),

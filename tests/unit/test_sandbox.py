@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.envelope import DependencyUnavailable
 from shared.rewards import Sample
 from shared.rewards.functions import CodeTests
 from shared.rewards.sandbox import UID_POOL, Limits, SandboxConfig, isolation, run_python, runner_app
+from shared.runtime.envelope import DependencyUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = "assert add(2, 3) == 5\n"
@@ -397,7 +397,7 @@ def test_code_tests_answers_sandbox_unavailable_without_isolation(monkeypatch: p
     r = asyncio.run(run_python("print('ran')", config=SandboxConfig(bwrap="/nonexistent/bwrap")))
     assert r.unavailable and r.returncode is None and r.stdout == ""  # never started
     # The same through the settings (SY_SANDBOX_BWRAP), as the reward service reads them.
-    from shared.config import get_settings
+    from shared.runtime.config import get_settings
 
     monkeypatch.setenv("SY_SANDBOX_BWRAP", "/nonexistent/bwrap")
     get_settings.cache_clear()

@@ -1,4 +1,4 @@
-"""Production mode refuses default secrets and plain-text keys (shared/production.py); hashed API keys work."""
+"""Production mode refuses default secrets and plain-text keys (shared/runtime/production.py); hashed API keys work."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from shared.auth import hash_key, tenant_for_key
-from shared.config import ConfigError, Settings
-from shared.production import DEFAULT_API_KEY, HeldSecrets, production_problems, refuse_unsafe_production
+from shared.runtime.auth import hash_key, tenant_for_key
+from shared.runtime.config import ConfigError, Settings
+from shared.runtime.production import (
+    DEFAULT_API_KEY,
+    HeldSecrets,
+    production_problems,
+    refuse_unsafe_production,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD_TOKEN = SecretStr("0123456789abcdef0123456789abcdef")

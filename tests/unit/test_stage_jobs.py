@@ -6,9 +6,9 @@ import asyncio
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.bus import JOB_HEADER, header
-from shared.envelope import Envelope, Kind, encode
-from shared.stage import Emit, envelope_handler, job_of, out_record
+from shared.runtime.bus import JOB_HEADER, header
+from shared.runtime.envelope import Envelope, Kind, encode
+from shared.runtime.stage import Emit, envelope_handler, job_of, out_record
 
 
 def record(value: bytes, headers: list[tuple[str, bytes]]) -> ConsumerRecord:

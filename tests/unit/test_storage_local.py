@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import load_settings
-from shared.storage import LocalStore, ObjectStore, S3Store, open_store
+from shared.runtime.config import load_settings
+from shared.runtime.storage import LocalStore, ObjectStore, S3Store, open_store
 from tests.helpers.storage_contract import StoreContract, sha
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from switchyard.v1.events_pb2 import ChoiceDelta, StreamDelta
 
-from services.gateway.openai_format import StreamDeduper
-from shared.generation import DeltaBatcher, merge_deltas
+from shared.generation.engine_io import DeltaBatcher, merge_deltas
+from shared.openai.format import StreamDeduper
 
 
 def delta(text: str, text_offset: int, index: int = 0, tokens: int = 1) -> StreamDelta:
@@ -77,7 +77,7 @@ def test_result_store_idempotency_isolation_and_forget(tmp_path) -> None:
 
 def _vllm_step(index: int, toks: list[tuple[int, str, float]], top: list[list[tuple[int, str, float]]]):
     """An engine step shaped like vLLM's: per token a dict of Logprob (sampled + top k by rank)."""
-    from shared.generation import EngineStep, Logprob, StepOutput
+    from shared.generation.engine_io import EngineStep, Logprob, StepOutput
 
     dicts = []
     for (tid, text, lp), alts in zip(toks, top, strict=True):
@@ -90,7 +90,7 @@ def _vllm_step(index: int, toks: list[tuple[int, str, float]], top: list[list[tu
 
 
 def test_accumulator_keeps_logprobs_with_token_texts_and_ranked_top_k() -> None:
-    from shared.generation import Accumulator
+    from shared.generation.engine_io import Accumulator
 
     acc = Accumulator(1, "w", top_logprobs=2)
     d1 = acc.add(_vllm_step(0, [(7, "He", -0.125)], [[(7, "He", -0.125), (8, "Ha", -2.5)]]), "r", "t")
@@ -117,8 +117,8 @@ def test_accumulator_keeps_logprobs_with_token_texts_and_ranked_top_k() -> None:
 def test_openai_logprob_shapes_for_chat_and_completions() -> None:
     from switchyard.v1.envelope_pb2 import TokenLogprob, TopLogprob
 
-    from shared.envelope import Envelope, Kind
-    from shared.openai_format import choice_logprobs
+    from shared.openai.format import choice_logprobs
+    from shared.runtime.envelope import Envelope, Kind
 
     lps = [
         TokenLogprob(
@@ -176,11 +176,11 @@ def test_deduper_forwards_each_tokens_logprob_once_across_attempts() -> None:
 def test_tokens_handed_over_together_get_times_spread_since_the_last_one(monkeypatch) -> None:
     """vLLM's --stream-interval hands the worker several tokens per output: the breakdown's ITL is
     the mean interval within a chunk, not one real gap and zeros."""
-    from shared.generation import Accumulator, EngineStep, StepOutput, spread
+    from shared.generation.engine_io import Accumulator, EngineStep, StepOutput, spread
 
     assert spread(100, 140, 4) == [110, 120, 130, 140] and spread(100, 100, 2) == [100, 100]
     clock = iter([1_000_000, 5_000_000, 17_000_000])
-    monkeypatch.setattr("shared.generation.time.time_ns", lambda: next(clock))
+    monkeypatch.setattr("shared.generation.engine_io.time.time_ns", lambda: next(clock))
     acc = Accumulator(1, "w")
     acc.add(EngineStep(outputs=[StepOutput(0, [1], "a")]), "r", "t")  # the first token, alone
     acc.add(EngineStep(outputs=[StepOutput(0, [2, 3, 4], "bcd")]), "r", "t")  # three at 17 ms
@@ -193,8 +193,8 @@ async def test_a_generation_ends_without_waiting_for_its_deltas_acks() -> None:
     sends it without a broker round trip for the last delta's ack; a lost delta is counted."""
     import asyncio
 
-    from shared.envelope import Envelope
-    from shared.worker import StreamPublisher
+    from shared.generation.worker import StreamPublisher
+    from shared.runtime.envelope import Envelope
 
     class Broker:  # hands out the ack futures so the test decides when (and how) they resolve
         def __init__(self) -> None:

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from shared.models import tasks
+from shared.devstack.models import tasks
+from shared.rewards import tasks as checks
 
 
 def test_dataset_is_deterministic_per_seed() -> None:
@@ -33,31 +34,31 @@ def test_prompts_differ_across_samples(task: str) -> None:
 def test_check_accepts_the_true_answer(task: str) -> None:
     for e in tasks.dataset(30, seed=2, tasks=(task,)):
         assert e.task == task
-        assert tasks.answer(task, e.prompt) == e.answer
-        assert tasks.detect(e.prompt) == task
+        assert checks.answer(task, e.prompt) == e.answer
+        assert checks.detect(e.prompt) == task
         for completion in (e.answer, f" {e.answer}\n", f"{e.answer}<|eos|>", f"{e.answer} </s> junk"):
-            assert tasks.check(task, e.prompt, completion), (e, completion)
+            assert checks.check(task, e.prompt, completion), (e, completion)
 
 
 @pytest.mark.parametrize("task", tasks.TASKS)
 def test_check_rejects_a_wrong_answer(task: str) -> None:
     for e in tasks.dataset(30, seed=5, tasks=(task,)):
         wrong = str(int(e.answer) + 1) if e.answer.isdigit() else e.answer + "x"
-        assert not tasks.check(task, e.prompt, wrong), (e, wrong)
-        assert not tasks.check(task, e.prompt, ""), e
-        assert not tasks.check(task, e.prompt, "<|eos|>" + e.answer), e
+        assert not checks.check(task, e.prompt, wrong), (e, wrong)
+        assert not checks.check(task, e.prompt, ""), e
+        assert not checks.check(task, e.prompt, "<|eos|>" + e.answer), e
 
 
 def test_known_answers() -> None:
-    assert tasks.check("add", "What is 37+58?", "95")
-    assert tasks.check("add", "2+2=", "The answer is 4.")
-    assert not tasks.check("add", "2+2=", "5 or 4")
-    assert tasks.check("reverse", "Reverse: pilot", "'tolip'.")
-    assert tasks.check("reverse", "Reverse: pilot", "TOLIP")
-    assert not tasks.check("reverse", "Reverse: pilot", "tolipp")
-    assert tasks.check("lookup", "a=17, k=42, z=5. What is k?", "42<|end|>")
-    assert tasks.check("copy", "Repeat: abc", "abc")
-    assert tasks.check("count", "How many b in abcbd?", "2")
+    assert checks.check("add", "What is 37+58?", "95")
+    assert checks.check("add", "2+2=", "The answer is 4.")
+    assert not checks.check("add", "2+2=", "5 or 4")
+    assert checks.check("reverse", "Reverse: pilot", "'tolip'.")
+    assert checks.check("reverse", "Reverse: pilot", "TOLIP")
+    assert not checks.check("reverse", "Reverse: pilot", "tolipp")
+    assert checks.check("lookup", "a=17, k=42, z=5. What is k?", "42<|end|>")
+    assert checks.check("copy", "Repeat: abc", "abc")
+    assert checks.check("count", "How many b in abcbd?", "2")
 
 
 def test_operands_and_words_stay_in_range() -> None:
@@ -76,5 +77,5 @@ def test_unknown_task_or_foreign_prompt_is_an_error() -> None:
     with pytest.raises(ValueError):
         tasks.sample("nope", random.Random(0))
     with pytest.raises(ValueError):
-        tasks.check("add", "Reverse: abc", "cba")
-    assert tasks.detect("hello there") is None
+        checks.check("add", "Reverse: abc", "cba")
+    assert checks.detect("hello there") is None

@@ -6,8 +6,8 @@ import logging
 import structlog
 from opentelemetry.sdk.trace import TracerProvider
 
-from shared.envelope import Envelope
-from shared.telemetry import (
+from shared.runtime.envelope import Envelope
+from shared.runtime.telemetry import (
     add_timing,
     bind_request,
     breakdown,
@@ -71,7 +71,7 @@ def test_gpu_collector_reports_nvml_devices_and_nothing_without_them() -> None:
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from shared.telemetry import GpuCollector
+    from shared.runtime.telemetry import GpuCollector
 
     cpu_only = GpuCollector()  # this machine: no NVML driver
     assert list(cpu_only.collect()) == []
@@ -104,7 +104,7 @@ def test_gpu_collector_reports_nvml_devices_and_nothing_without_them() -> None:
 def test_logs_redact_prompts_when_configured_and_never_show_secrets(capsys) -> None:  # type: ignore[no-untyped-def]
     import json as _json
 
-    from shared.telemetry import configure_logging, get_logger
+    from shared.runtime.telemetry import configure_logging, get_logger
 
     for redact_prompts in (False, True):
         configure_logging("t", "INFO", "json", redact_prompts)

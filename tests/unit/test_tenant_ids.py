@@ -25,10 +25,10 @@ from services.cache.keys import entry_id
 from services.gateway.api import Backend, async_result, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
 from services.gateway.rollouts import RolloutStore, store_path
-from shared.batch_store import BatchObject, BatchStore, new_batch_id, read_jsonl
-from shared.config import Settings
-from shared.envelope import Envelope, Kind
-from shared.storage import LocalStore
+from shared.batches.store import BatchObject, BatchStore, new_batch_id, read_jsonl
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Kind
+from shared.runtime.storage import LocalStore
 
 A = {"Authorization": "Bearer sk-a"}
 B = {"Authorization": "Bearer sk-b"}

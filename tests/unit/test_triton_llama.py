@@ -187,13 +187,13 @@ def test_worker_sends_each_choice_its_own_seed_and_refuses_what_the_model_lacks(
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny decoder behind sy-vlm's image encoder, laid out as shared/models/vlm.py builds it."""
+    """The tiny decoder behind sy-vlm's image encoder, laid out as shared/devstack/models/vlm.py builds it."""
     import json
     import shutil
 
     from safetensors.torch import save_file
 
-    from shared.models.vlm import vision_tensors
+    from shared.devstack.models.vlm import vision_tensors
 
     path, _ = tiny
     out = tmp_path_factory.mktemp("tiny-vlm")
@@ -287,8 +287,8 @@ async def test_vision_inputs_fetch_claim_checked_images_and_refuse_what_the_mode
     from switchyard.v1.envelope_pb2 import MediaRef
 
     from services.triton_worker.media import VisionSpec, vision_inputs
-    from shared.envelope import Envelope, Rejected
-    from shared.storage import LocalStore
+    from shared.runtime.envelope import Envelope, Rejected
+    from shared.runtime.storage import LocalStore
 
     store = LocalStore(tmp_path)
     buf = io.BytesIO()

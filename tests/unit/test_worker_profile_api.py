@@ -11,7 +11,7 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from services.vllm_worker.api import profile_api
-from shared.config import load_settings
+from shared.runtime.config import load_settings
 
 
 class Recorder:

