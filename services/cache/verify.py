@@ -28,188 +28,29 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .lexicon import WordNet, wordnet
-
-_WORD = re.compile(r"\d+(?:[.,:]\d+)*\s?(?:am|pm)\b|[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*", re.IGNORECASE)
-_NUMBER_WORDS = {
-    w: str(i)
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen twenty".split()
-    )
-} | {
-    "thirty": "30",
-    "forty": "40",
-    "fifty": "50",
-    "hundred": "100",
-    "thousand": "1000",
-    "million": "1000000",
-    "first": "1",
-    "second": "2",
-    "third": "3",
-    "single": "1",
-    "double": "2",
-    "twice": "2",
-    "half": "0.5",
-    "dozen": "12",
-}
-_NEGATIONS = {"not", "no", "never", "without", "none", "nobody", "nothing", "neither", "nor", "cannot", "non"}
-# Verbs that negate what follows ("avoid X" ~ "not X"): they flip polarity like a negation word.
-_NEGATIVE_VERBS = {
-    "avoid",
-    "ban",
-    "forbid",
-    "prohibit",
-    "exclude",
-    "stop",
-    "cease",
-    "prevent",
-    "refuse",
-    "skip",
-    "lack",
-    "omit",
-    "quit",
-    "deny",
-    "fail",
-}
-_NEG_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "non-")
-# "off-X" against X (peak/off-peak, season/off-season): MiniLM puts them at 0.95-0.97, and the
-# word split reads "off-peak" as an added word "off", which passed as a mere addition.
-_OFF = re.compile(r"\boff-([a-z]{3,})", re.IGNORECASE)
-_IRREGULAR = {"children": "child", "men": "man", "women": "woman", "people": "person", "kids": "kid"}
-_ANTONYMS = [
-    ("include", "exclude"),
-    ("included", "excluded"),
-    ("allow", "forbid"),
-    ("allowed", "forbidden"),
-    ("before", "after"),
-    ("above", "below"),
-    ("more", "less"),
-    ("most", "least"),
-    ("increase", "decrease"),
-    ("add", "remove"),
-    ("enable", "disable"),
-    ("open", "close"),
-    ("start", "stop"),
-    ("buy", "sell"),
-    ("accept", "reject"),
-    ("maximum", "minimum"),
-    ("max", "min"),
-    ("best", "worst"),
-    ("better", "worse"),
-    ("over", "under"),
-    ("within", "after"),
-    ("higher", "lower"),
-    ("high", "low"),
-    ("pass", "fail"),
-    ("win", "lose"),
-    ("won", "lost"),
-    ("success", "failure"),
-    ("full", "part"),
-    ("busy", "quiet"),
-    ("compulsory", "optional"),
-    ("mandatory", "optional"),
-    ("approve", "reject"),
-    ("early", "late"),
-    ("first", "last"),
-    ("old", "new"),
-    ("cheapest", "dearest"),
-    ("cheapest", "expensive"),
-    ("earliest", "latest"),
-    ("in", "out"),
-    ("on", "off"),
-    ("up", "down"),
-    ("import", "export"),
-    ("incoming", "outgoing"),
-    ("inbound", "outbound"),
-    ("upload", "download"),
-    ("refund", "charge"),
-    ("safe", "unsafe"),
-    ("legal", "illegal"),
-    ("possible", "impossible"),
-    ("available", "unavailable"),
-    ("subscribe", "unsubscribe"),
-    ("lock", "unlock"),
-    ("block", "unblock"),
-    ("encrypt", "decrypt"),
-    ("join", "leave"),
-    ("hot", "cold"),
-    ("male", "female"),
-    ("man", "woman"),
-    ("adult", "child"),
-    ("adult", "kid"),
-    ("am", "pm"),
-    ("domestic", "international"),
-    ("weekday", "weekend"),
-    ("morning", "evening"),
-    ("north", "south"),
-    ("east", "west"),
-]
-_STOP = set(
-    """a an the and or but if then of to in on at by for with from as is are was were be been being am do does
-    did doing have has had having i me my mine we us our you your yours he him his she her it its they them
-    their this that these those there here what which who whom whose when where why how can could should would
-    will shall may might must please tell me know want need get got any some much many s t just also so about
-    into over than too very way like best good really ok okay hi hello thanks thank""".split()
-) | {"um", "uh", "er", "erm", "hmm", "yeah", "hey", "hiya"}  # spoken fillers and greetings
-# Pleasantries around the question ("Hi, quick one: ...", "Morning! ...", "... Thanks in advance"):
-# not part of what is asked. "quick one" would otherwise read as the number 1, "Morning" as a time.
-_HELLO = r"(?:hi|hello|hey|hiya|greetings|(?:good\s+)?(?:morning|afternoon|evening))(?:\s+there|\s+all)?\s*[,!.:;\-]+\s*"
-_GREETING = re.compile(
-    rf"^\s*(?:{_HELLO})?"
-    r"(?:(?:quick|simple|silly)\s+(?:one|question|q)|just\s+wondering|sorry(?:\s+to\s+bother\s+you)?)\s*[,!.:;\-]+\s*",
-    re.IGNORECASE,
+from .words import (
+    ANTONYM_STEMS,
+    CONTRACTION,
+    NEG_PREFIXES,
+    NEGATIONS,
+    NEGATIVE_STEMS,
+    NUMBER_WORDS,
+    OFF_PREFIX,
+    STOP_WORDS,
+    split_words,
+    stem_of,
+    strip_pleasantries,
 )
-_GREETING_ONLY = re.compile(rf"^\s*{_HELLO}", re.IGNORECASE)
-_THANKS = re.compile(
-    r"[\s,.!;:\-]*\b(?:thanks|thank\s+you|thx|cheers|ta)(?:\s+(?:so|very)\s+much)?(?:\s+in\s+advance)?[\s.!]*$",
-    re.IGNORECASE,
-)
-
-
-def strip_pleasantries(text: str) -> str:
-    """The question without a greeting before it or thanks after it."""
-    out = _GREETING.sub("", text, count=1)
-    out = _GREETING_ONLY.sub("", out, count=1)
-    out = _THANKS.sub("", out)
-    return out.strip() or text
-
-
-# Contractions: the part before the apostrophe carries the word ("what's" -> what, "I'm" -> I).
-_CONTRACTION = re.compile(r"'(?:s|m|re|ve|d|ll)$", re.IGNORECASE)
-
-
-def _words(text: str) -> list[str]:
-    out = []
-    for w in _WORD.findall(text.replace("’", "'")):
-        if w.lower().endswith("n't"):
-            out += [w[:-3], "not"]
-        else:
-            out += [p for p in w.split("-") if p]
-    return out
-
-
-def _stem(w: str) -> str:
-    w = w.lower().strip("'").removesuffix("'s")
-    w = _IRREGULAR.get(w, w)
-    for suf in ("ing", "ies", "ied", "es", "ed", "s"):
-        if len(w) > len(suf) + 2 and w.endswith(suf):
-            w = w[: -len(suf)]
-            break
-    return w.rstrip("e") if len(w) > 3 else w  # close/closed/closing -> clos
-
-
-_ANTONYM_STEMS = [(_stem(x), _stem(y)) for x, y in _ANTONYMS]
-_NEGATIVE_STEMS = {_stem(w) for w in _NEGATIVE_VERBS}
 
 
 def numbers(text: str) -> Counter[str]:
     out: Counter[str] = Counter()
-    for w in _words(text):
+    for w in split_words(text):
         lw = w.lower().replace(" ", "")
         if lw[0].isdigit():
             out[lw.replace(",", "")] += 1
-        elif lw in _NUMBER_WORDS:
-            out[_NUMBER_WORDS[lw]] += 1
+        elif lw in NUMBER_WORDS:
+            out[NUMBER_WORDS[lw]] += 1
     return out
 
 
@@ -217,29 +58,29 @@ def negations(text: str) -> int:
     """Negation words and negative-polarity verbs (avoid, ban, stop, ...): only the parity matters."""
     return sum(
         1
-        for w in _words(text)
-        if w.lower() in _NEGATIONS or w.lower().startswith("un-") or _stem(w) in _NEGATIVE_STEMS
+        for w in split_words(text)
+        if w.lower() in NEGATIONS or w.lower().startswith("un-") or stem_of(w) in NEGATIVE_STEMS
     )
 
 
 def opposite(new: str, old: str) -> str:
     """An antonym pair across the two texts (lexicon on stems, or a negative prefix); "" = none."""
-    sn = {_stem(w) for w in _words(new)}
-    so = {_stem(w) for w in _words(old)}
-    for x, y in _ANTONYM_STEMS:
+    sn = {stem_of(w) for w in split_words(new)}
+    so = {stem_of(w) for w in split_words(old)}
+    for x, y in ANTONYM_STEMS:
         if (x in sn and y in so and y not in sn) or (y in sn and x in so and x not in sn):
             return f"{x}/{y}"
     for a_text, b_text in ((new, old), (old, new)):
-        off_a = {m.group(1).lower() for m in _OFF.finditer(a_text)}
-        off_b = {m.group(1).lower() for m in _OFF.finditer(b_text)}
+        off_a = {m.group(1).lower() for m in OFF_PREFIX.finditer(a_text)}
+        off_b = {m.group(1).lower() for m in OFF_PREFIX.finditer(b_text)}
         for w in off_a - off_b:
-            if w in {x.lower() for x in _words(b_text)}:
+            if w in {x.lower() for x in split_words(b_text)}:
                 return f"{w}/off-{w}"
-    wn = {w.lower() for w in _words(new)}
-    wo = {w.lower() for w in _words(old)}
+    wn = {w.lower() for w in split_words(new)}
+    wo = {w.lower() for w in split_words(old)}
     for a, b in ((wn - wo, wo - wn), (wo - wn, wn - wo)):
         for w in a:
-            for pre in _NEG_PREFIXES:
+            for pre in NEG_PREFIXES:
                 if w.startswith(pre) and len(w) - len(pre) >= 4 and w[len(pre) :] in b:
                     return f"{w[len(pre) :]}/{w}"
     return ""
@@ -257,17 +98,17 @@ def slot_changed(new: str, old: str, lexicon: WordNet | None = None) -> str:
     the changed slot ("puppy/kitten"), or "" when the texts differ in more than one place, or only
     by a typo or an inflection of the same word."""
     # Number words as digits: numbers() has compared those already.
-    a = [_NUMBER_WORDS.get(w.lower(), w.lower()) for w in _words(old)]
-    b = [_NUMBER_WORDS.get(w.lower(), w.lower()) for w in _words(new)]
+    a = [NUMBER_WORDS.get(w.lower(), w.lower()) for w in split_words(old)]
+    b = [NUMBER_WORDS.get(w.lower(), w.lower()) for w in split_words(new)]
     ops = [o for o in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if o[0] != "equal"]
     if len(ops) != 1 or ops[0][0] != "replace":
         return ""
     _, i1, i2, j1, j2 = ops[0]
-    x = " ".join(w for w in a[i1:i2] if w not in _STOP)
-    y = " ".join(w for w in b[j1:j2] if w not in _STOP)
+    x = " ".join(w for w in a[i1:i2] if w not in STOP_WORDS)
+    y = " ".join(w for w in b[j1:j2] if w not in STOP_WORDS)
     if i2 - i1 > 2 or j2 - j1 > 2 or not x or not y:
         return ""
-    if _stem(x) == _stem(y) or difflib.SequenceMatcher(None, x, y).ratio() >= 0.8:
+    if stem_of(x) == stem_of(y) or difflib.SequenceMatcher(None, x, y).ratio() >= 0.8:
         return ""  # a typo or an inflection
     if lexicon is not None and lexicon.related(x, y):
         return ""  # the same slot in other words (change/switch)
@@ -297,14 +138,14 @@ def entities(text: str) -> list[str]:
             continue
         caps = tok[0].isupper() and not start
         mixed = any(c.isupper() for c in tok[1:])
-        if (caps or mixed) and _base(tok) not in _STOP and tok != "I":
+        if (caps or mixed) and _base(tok) not in STOP_WORDS and tok != "I":
             out.append(_base(tok))  # Australia's -> australia
         start = False
     return out
 
 
 def _base(w: str) -> str:
-    return _CONTRACTION.sub("", w.lower())
+    return CONTRACTION.sub("", w.lower())
 
 
 def content(text: str) -> set[str]:
@@ -314,11 +155,11 @@ def content(text: str) -> set[str]:
 def content_words(text: str) -> dict[str, str]:
     """Content words as stem -> the word as written (lower case)."""
     return {
-        _stem(w): _base(w)
-        for w in _words(text)
-        if _base(w) not in _STOP
-        and w.lower() not in _NEGATIONS
-        and w.lower() not in _NUMBER_WORDS  # numbers() compares those
+        stem_of(w): _base(w)
+        for w in split_words(text)
+        if _base(w) not in STOP_WORDS
+        and w.lower() not in NEGATIONS
+        and w.lower() not in NUMBER_WORDS  # numbers() compares those
         and not w[0].isdigit()
         and len(w) > 1
     }
@@ -348,7 +189,7 @@ class Verifier:
         opp = opposite(new, old)
         if opp:
             return Verdict(False, f"antonym:{opp}")
-        en, eo = [_stem(e) for e in entities(new)], [_stem(e) for e in entities(old)]  # Sundays ~ Sunday
+        en, eo = [stem_of(e) for e in entities(new)], [stem_of(e) for e in entities(old)]  # Sundays ~ Sunday
         if _entity_missing(en, old) or _entity_missing(eo, new):
             return Verdict(False, "entities")
         if _dedupe([e for e in en if e in eo]) != _dedupe([e for e in eo if e in en]) or roles_swapped(
@@ -374,8 +215,8 @@ class Verifier:
 def _entity_missing(ents: list[str], other: str) -> bool:
     """An entity of one text that the other never names, in any casing ("UK" vs "the uk" is the same
     entity; "Amazon" vs "eBay" is not)."""
-    tokens = _words(other) + re.findall(_ENTITY_TOKEN, other)  # "Wi-Fi", "P60" whole as well
-    words = {_stem(_base(w)) for w in tokens}
+    tokens = split_words(other) + re.findall(_ENTITY_TOKEN, other)  # "Wi-Fi", "P60" whole as well
+    words = {stem_of(_base(w)) for w in tokens}
     return any(e not in words and not _typo_of(e, words) for e in ents)
 
 

@@ -19,7 +19,6 @@ SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "main.py
 
 # Still over the bounds; each entry is work left, and the test fails when one grows or reappears.
 LONG_MODULES: dict[str, int] = {
-    "services/cache/verify.py": 430,
     "services/gateway/api.py": 646,
     "services/gateway/rollouts.py": 612,
     "services/registry/catalog.py": 441,
