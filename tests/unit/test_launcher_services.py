@@ -41,3 +41,43 @@ def test_where_the_services_are_pinned_the_caches_embedder_gets_every_core(
     up.all_cpus, up.service_cpus = frozenset({0, 1, 2, 3}), frozenset({3})
     assert up._env_for("cache", 9105)["SY_CACHE_EMBED_CPUS"] == "0,1,2,3"
     assert "SY_CACHE_EMBED_CPUS" not in up._env_for("router", 9103)
+
+
+def test_the_wiring_table_gives_each_child_its_stack_and_keeps_what_the_user_set(tmp_path: Path) -> None:
+    """shared/devstack/wiring.py ENV: overrides where the stack decides, the user's value where it may."""
+    from shared.devstack.wiring import Stack, child_env
+
+    settings = Settings(var_dir=tmp_path)
+    stack = Stack(settings, "router", 9103, "127.0.0.1:9092", embedded_kafka=True, ports={"registry": 8011})
+    env = child_env(stack, base={"SY_HEALTH_PORT": "1", "SY_KAFKA_SESSION_TIMEOUT_MS": "9000"})
+    assert env["SY_HEALTH_PORT"] == "9103" and env["SY_INSTANCE_ID"] == "router-1"
+    assert env["SY_KAFKA_BOOTSTRAP"] == "127.0.0.1:9092" and env["SY_ENV"] == "dev"
+    assert env["SY_REGISTRY_URL"].endswith(":8011")
+    assert env["SY_KAFKA_SESSION_TIMEOUT_MS"] == "9000"  # the user's own wins
+    assert env["SY_KAFKA_HEARTBEAT_INTERVAL_MS"] == "500"
+    assert "SY_MILVUS_URI" not in env and "SY_FRONTEND_CPUS" not in env
+    remote = child_env(Stack(settings, "router", 9103, "kafka:9092", embedded_kafka=False), base={})
+    assert "SY_KAFKA_SESSION_TIMEOUT_MS" not in remote and "SY_TOPIC_PARTITIONS" not in remote
+
+
+def test_the_endpoints_file_keeps_its_shape(tmp_path: Path) -> None:
+    import json
+
+    up = launcher_mod.Launcher(Settings(var_dir=tmp_path), out=open(os.devnull, "w"))  # noqa: SIM115
+    up.children.append(launcher_mod.Child("gateway", 8000, {}, log_path=tmp_path / "gateway.log"))
+    up.write_endpoints()
+    data = json.loads(launcher_mod.endpoints_file(up.s).read_text())
+    assert list(data) == [
+        "kafka",
+        "embedded_kafka",
+        "kafka_pid",
+        "milvus",
+        "embedded_milvus",
+        "triton",
+        "embedded_triton",
+        "launcher_pid",
+        "launcher_url",
+        "services",
+        "trace_file",
+    ]
+    assert data["services"]["gateway"] == {"url": "http://127.0.0.1:8000", "pid": None, "exits": {}}

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.devstack.wiring import ENGINE_WORKERS
 from shared.runtime.bus import FetchWaitGuard, client_kwargs
 from shared.runtime.config import Settings
 from shared.runtime.envelope import (
@@ -266,3 +267,35 @@ class Canary:
                 await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
             except TimeoutError:
                 pass
+
+
+def stack_canary(
+    settings: Settings,
+    names: list[str],
+    gateway_url: str,
+    http: httpx.AsyncClient,
+    say: Callable[[str], None],
+) -> Canary | None:
+    """The canary over the paths a stack of `names` can answer: REST through the gateway (at
+    `gateway_url`, "" when none runs), and a raw record through preprocess; none without the
+    router and a worker (a `--services` subset). `settings` name the broker the stack uses;
+    `http` carries the admin headers (/metrics is an admin path)."""
+    # The first model of the first pool whose worker this stack starts.
+    model = next((p.models[0] for p in settings.pools if ENGINE_WORKERS.get(p.engine) in names), None)
+    if settings.canary_interval_s <= 0 or model is None or "router" not in names:
+        return None
+    api_key, tenant = next(iter(settings.api_keys.items()), ("", "local"))
+    probes: dict[str, Probe] = {}
+    if gateway_url and api_key:
+        probes["rest"] = RestProbe(http, gateway_url, api_key, model)
+    if "preprocess" in names:
+        probes["kafka"] = KafkaProbe(settings, tenant, model, settings.canary_timeout_s)
+    if not probes:
+        return None
+    return Canary(
+        probes,
+        interval_s=settings.canary_interval_s,
+        timeout_s=settings.canary_timeout_s,
+        traffic=GatewayTraffic(http, f"{gateway_url}/metrics") if gateway_url else None,
+        say=say,
+    )
