@@ -6,8 +6,9 @@ import asyncio
 
 from switchyard.v1.events_pb2 import AdapterEvent
 
-from shared.runtime.bus import OutRecord, Producer, follow
+from shared.runtime.bus import OutRecord, Producer
 from shared.runtime.config import Settings
+from shared.runtime.follow import follow
 from shared.runtime.health import Health
 from shared.runtime.production import HeldSecrets
 from shared.runtime.service import Service, run_service

@@ -12,9 +12,10 @@ import time
 
 from switchyard.v1.events_pb2 import Heartbeat
 
-from shared.runtime.bus import CONTENT_TYPE_HEADER, Producer, follow, header
+from shared.runtime.bus import CONTENT_TYPE_HEADER, Producer, header
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope, ErrorCode, decode, encode, set_error
+from shared.runtime.follow import follow
 from shared.runtime.health import Health
 from shared.runtime.production import HeldSecrets
 from shared.runtime.service import Service, run_service

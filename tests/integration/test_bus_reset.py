@@ -8,8 +8,8 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from shared.devstack.embedded.kafka import EmbeddedKafka
-from shared.runtime.bus import follow
 from shared.runtime.config import Settings
+from shared.runtime.follow import follow
 from tests.helpers.kafka import produce
 
 

@@ -1,0 +1,98 @@
+"""shared.runtime.follow.Follower against the real embedded broker: start positions, caught_up,
+on_batch on every poll, and a restart after a failing callback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from aiokafka import TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from shared.runtime.follow import Edge, Follower
+from shared.runtime.periodic import every
+from tests.helpers.kafka import produce
+from tests.integration.test_bus import _settings
+
+
+async def _until(cond, timeout_s: float = 20) -> bool:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def test_from_the_beginning_it_catches_up_and_polls_even_when_empty(broker, topics) -> None:
+    s = _settings(broker, topics)
+    topic = s.topic("rewards")
+    await produce(broker.bootstrap, topic, [b"a", b"b", b"c"])
+    seen: list[bytes] = []
+    polls = [0]
+
+    def on_batch(records: list[ConsumerRecord]) -> None:
+        polls[0] += 1
+        seen.extend(r.value for r in records)
+
+    f = Follower(s, [topic], name="t-rewards", on_batch=on_batch)
+    stop = asyncio.Event()
+    task = asyncio.create_task(f.run(stop))
+    try:
+        await asyncio.wait_for(f.caught_up.wait(), 20)
+        assert sorted(seen) == [b"a", b"b", b"c"]
+        n = polls[0]
+        assert await _until(lambda: polls[0] > n + 2)  # empty polls reach on_batch too
+        assert sum((await f.positions(topic)).values()) == 3
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_from_the_end_or_saved_offsets_and_a_restart_after_an_error(broker, topics) -> None:
+    s = _settings(broker, topics)
+    responses, stream = s.topic("responses"), s.topic("stream")
+    await produce(broker.bootstrap, responses, [b"r0", b"r1", b"r2"], keys=[b"k"] * 3)  # one partition
+    await produce(broker.bootstrap, stream, [b"old"])
+    seen: list[bytes] = []
+    fail = [True]
+
+    def start(ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | Edge]:
+        return {tp: 1 for tp in ends if tp.topic == responses and ends[tp] >= 1}
+
+    def on_batch(records: list[ConsumerRecord]) -> None:
+        if records and fail[0]:
+            fail[0] = False
+            raise RuntimeError("first batch fails")
+        seen.extend(r.value for r in records)
+
+    f = Follower(
+        s, [responses, stream], name="t-replies", on_batch=on_batch, start=start, restart_after_s=0.1
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(f.run(stop))
+    try:
+        # The failed batch is read again from `start` by a new consumer.
+        assert await _until(lambda: b"r2" in seen), seen
+        f.wake()
+        await produce(broker.bootstrap, stream, [b"new"])
+        assert await _until(lambda: b"new" in seen), seen
+        assert b"r0" not in seen and b"old" not in seen
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_every_survives_a_failing_call() -> None:
+    calls: list[int] = []
+    stop = asyncio.Event()
+
+    def chore() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("once")
+        if len(calls) == 3:
+            stop.set()
+
+    await asyncio.wait_for(every(0.01, chore, stop, name="chore"), 5)
+    assert len(calls) == 3
