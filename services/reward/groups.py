@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from switchyard.v1.envelope_pb2 import Choice, GroupResult, Response, RewardResult, Usage
 
 from shared.adapters.refs import parse_ref
-from shared.rewards.functions import Sample, Scored, SpecItem, items_from_proto
+from shared.rewards import Sample, Scored, SpecItem, items_from_proto
 from shared.runtime.envelope import Envelope, Kind
 
 ADV_EPS = 1e-4  # as TRL's GRPO: keeps all-equal groups at advantage 0

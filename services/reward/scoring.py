@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Histogram
 
-from shared.rewards.functions import RewardFunction, score_group
+from shared.rewards import RewardFunction, score_group
 from shared.runtime.envelope import Envelope, Kind
 from shared.runtime.telemetry import get_logger
 

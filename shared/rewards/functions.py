@@ -1,10 +1,11 @@
-"""Reward functions behind one small interface, and their weighted combination.
+"""The reward functions, each behind the interface of base.py.
 
 A function gets the samples of one group (the prompt, each completion, the group's references)
 and its params, and returns one `Score` per sample. Rule-based functions are plain per-sample
 code (`RuleFunction.score_one`); the code-test and reward-model functions are async and batch
 over the group. `check` validates params at submission time, so a bad spec is a 400 at the
-gateway (or a DLQ record) instead of a zero reward later.
+gateway (or a DLQ record) instead of a zero reward later. Their weighted combination is in
+spec.py.
 
 Names: exact_match, numeric_match, regex, json_schema, length_penalty, code_tests,
 task_check (the checkable tasks of shared/rewards/tasks.py), reward_model (Triton).
@@ -15,91 +16,26 @@ from __future__ import annotations
 import json
 import math
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import regex  # ships with transformers; its matcher takes a timeout (user patterns can backtrack)
 
 from shared.rewards import tasks
+from shared.rewards.base import (
+    Params,
+    RewardFunction,
+    RuleFunction,
+    Sample,
+    Score,
+    bool_param,
+    float_param,
+)
+from shared.rewards.reward_model import TritonRewardModel
 from shared.rewards.sandbox import Limits, SandboxConfig, run_python
-from shared.runtime.envelope import DependencyUnavailable
-
-Params = Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One completion to score, with what the prompt's references say."""
-
-    prompt: str
-    completion: str
-    references: Mapping[str, str] = field(default_factory=dict)
-    token_ids: Sequence[int] = ()
-    finish_reason: str = ""
-
-    @property
-    def answer_text(self) -> str:
-        """The completion without end-of-turn markers or surrounding whitespace."""
-        return tasks.clean(self.completion)
-
-
-class RewardUnavailable(RuntimeError):
-    """A scorer that depends on a service (the reward model) cannot answer now: retry the group."""
-
-
-@dataclass(frozen=True)
-class Score:
-    value: float
-    note: str = ""
-
-
-class RewardFunction(ABC):
-    name: ClassVar[str]
-
-    def check(self, params: Params) -> None:  # noqa: B027 - optional hook
-        """Raise ValueError naming what is wrong with `params`."""
-
-    @abstractmethod
-    async def score(self, samples: Sequence[Sample], params: Params) -> list[Score]: ...
-
-
-class RuleFunction(RewardFunction):
-    """A cheap per-sample function (microseconds): scored inline, no I/O."""
-
-    @abstractmethod
-    def score_one(self, sample: Sample, params: Params) -> Score: ...
-
-    async def score(self, samples: Sequence[Sample], params: Params) -> list[Score]:
-        return [self.score_one(s, params) for s in samples]
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _float(params: Params, key: str, default: float) -> float:
-    raw = params.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ValueError(f"param {key!r} must be a number, got {raw!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"param {key!r} must be finite")
-    return v
-
-
-def _bool(params: Params, key: str, default: bool) -> bool:
-    raw = params.get(key)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in ("1", "true", "yes"):
-        return True
-    if raw.lower() in ("0", "false", "no"):
-        return False
-    raise ValueError(f"param {key!r} must be true or false, got {raw!r}")
-
-
 def _reference(sample: Sample, params: Params, default_key: str) -> str | None:
     """The reference named by params["reference"] (a key of the group's references), else params["value"]."""
     key = params.get("reference", default_key)
@@ -140,14 +76,14 @@ class ExactMatch(RuleFunction):
     name = "exact_match"
 
     def check(self, params: Params) -> None:
-        _bool(params, "case_sensitive", True)
+        bool_param(params, "case_sensitive", True)
 
     def score_one(self, sample: Sample, params: Params) -> Score:
         ref = _reference(sample, params, "answer")
         if ref is None:
             return Score(0.0, "no reference")
         got, want = sample.answer_text, ref.strip()
-        if not _bool(params, "case_sensitive", True):
+        if not bool_param(params, "case_sensitive", True):
             got, want = got.lower(), want.lower()
         return Score(1.0 if got == want else 0.0)
 
@@ -158,7 +94,7 @@ class NumericMatch(RuleFunction):
     name = "numeric_match"
 
     def check(self, params: Params) -> None:
-        if _float(params, "tolerance", 1e-6) < 0:
+        if float_param(params, "tolerance", 1e-6) < 0:
             raise ValueError("param 'tolerance' must not be negative")
 
     def score_one(self, sample: Sample, params: Params) -> Score:
@@ -169,7 +105,7 @@ class NumericMatch(RuleFunction):
         got = final_number(sample.answer_text)
         if got is None:
             return Score(0.0, "no number in completion")
-        return Score(1.0 if abs(got - want) <= _float(params, "tolerance", 1e-6) else 0.0)
+        return Score(1.0 if abs(got - want) <= float_param(params, "tolerance", 1e-6) else 0.0)
 
 
 class RegexMatch(RuleFunction):
@@ -281,14 +217,14 @@ class LengthPenalty(RuleFunction):
     name = "length_penalty"
 
     def check(self, params: Params) -> None:
-        target = _float(params, "target", 64)
-        limit = _float(params, "limit", 2 * target)
+        target = float_param(params, "target", 64)
+        limit = float_param(params, "limit", 2 * target)
         if target < 0 or limit <= target:
             raise ValueError("params need 0 <= target < limit")
 
     def score_one(self, sample: Sample, params: Params) -> Score:
-        target = _float(params, "target", 64)
-        limit = _float(params, "limit", 2 * target)
+        target = float_param(params, "target", 64)
+        limit = float_param(params, "limit", 2 * target)
         n = len(sample.token_ids) if sample.token_ids else len(sample.completion.split())
         if n <= target:
             return Score(0.0)
@@ -328,12 +264,12 @@ class CodeTests(RewardFunction):
         self._sandbox = sandbox  # None: the SY_SANDBOX_* settings
 
     def _limits(self, params: Params) -> Limits:
-        timeout = _float(params, "timeout_s", 5.0)
+        timeout = float_param(params, "timeout_s", 5.0)
         return Limits(
             timeout_s=timeout,
             cpu_s=max(1, math.ceil(timeout)),
-            memory_mb=int(_float(params, "memory_mb", 512)),
-            max_output_bytes=int(_float(params, "max_output_bytes", 64 * 1024)),
+            memory_mb=int(float_param(params, "memory_mb", 512)),
+            max_output_bytes=int(float_param(params, "max_output_bytes", 64 * 1024)),
         )
 
     def check(self, params: Params) -> None:
@@ -366,8 +302,6 @@ def triton_url_of(settings: Any) -> str | None:
 
 
 def default_functions(triton_url: str | None = None) -> dict[str, RewardFunction]:
-    from shared.rewards.reward_model import TritonRewardModel
-
     fns: list[RewardFunction] = [
         ExactMatch(),
         NumericMatch(),
@@ -379,90 +313,3 @@ def default_functions(triton_url: str | None = None) -> dict[str, RewardFunction
         TritonRewardModel(triton_url),
     ]
     return {f.name: f for f in fns}
-
-
-@dataclass(frozen=True)
-class SpecItem:
-    name: str
-    weight: float
-    params: Mapping[str, str]
-
-    @property
-    def key(self) -> str:
-        return self.name
-
-
-def items_from_proto(spec: Any) -> list[SpecItem]:
-    """A switchyard.v1.RewardSpec as SpecItems (weight unset = 1)."""
-    return [
-        SpecItem(f.name, f.weight if f.HasField("weight") else 1.0, dict(f.params)) for f in spec.functions
-    ]
-
-
-def score_keys(items: Sequence[SpecItem]) -> list[str]:
-    """Score names: the function name, or name#i when a spec uses a function twice."""
-    counts: dict[str, int] = {}
-    for it in items:
-        counts[it.name] = counts.get(it.name, 0) + 1
-    seen: dict[str, int] = {}
-    keys = []
-    for it in items:
-        if counts[it.name] == 1:
-            keys.append(it.name)
-        else:
-            keys.append(f"{it.name}#{seen.get(it.name, 0)}")
-            seen[it.name] = seen.get(it.name, 0) + 1
-    return keys
-
-
-def check_spec(items: Sequence[SpecItem], functions: Mapping[str, RewardFunction]) -> None:
-    """Raise ValueError naming the first bad function of a reward spec."""
-    if not items:
-        raise ValueError("reward.functions must name at least one function")
-    for i, it in enumerate(items):
-        fn = functions.get(it.name)
-        if fn is None:
-            raise ValueError(
-                f"reward.functions[{i}]: unknown function {it.name!r}; known: {sorted(functions)}"
-            )
-        if not math.isfinite(it.weight):
-            raise ValueError(f"reward.functions[{i}]: weight must be finite")
-        try:
-            fn.check(it.params)
-        except ValueError as exc:
-            raise ValueError(f"reward.functions[{i}] ({it.name}): {exc}") from None
-
-
-@dataclass
-class Scored:
-    reward: float
-    scores: dict[str, float]
-    notes: dict[str, str]
-
-
-async def score_group(
-    samples: Sequence[Sample], items: Sequence[SpecItem], functions: Mapping[str, RewardFunction]
-) -> list[Scored]:
-    """Every function over the group, then the weighted sum per sample.
-
-    A function that fails on the input scores 0 for the whole group with the error as the note;
-    `RewardUnavailable` (a scorer's service failed the call) and `DependencyUnavailable` (it is
-    down: the bus waits for it) propagate, so the bus retries the group rather than publish
-    rewards that are zero only because a server was away.
-    """
-    keys = score_keys(items)
-    out = [Scored(0.0, {}, {}) for _ in samples]
-    for key, it in zip(keys, items, strict=True):
-        fn = functions[it.name]
-        try:
-            scores = await fn.score(samples, it.params)
-        except (RewardUnavailable, DependencyUnavailable):
-            raise
-        except Exception as exc:  # noqa: BLE001 - see docstring
-            scores = [Score(0.0, f"{type(exc).__name__}: {exc}"[:200])] * len(samples)
-        for o, sc in zip(out, scores, strict=True):
-            o.scores[key] = sc.value
-            o.reward += it.weight * sc.value
-            if sc.note:
-                o.notes[key] = sc.note
-    return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shared.rewards.functions import Params, RewardFunction, RewardUnavailable, Sample, Score, _float
+from shared.rewards.base import Params, RewardFunction, RewardUnavailable, Sample, Score, float_param
 from shared.runtime.envelope import DependencyUnavailable
 from shared.runtime.outages import TRITON, triton_down
 
@@ -64,7 +64,7 @@ class TritonRewardModel(RewardFunction):
     def check(self, params: Params) -> None:
         if not (params.get("url") or self.default_url):
             raise ValueError("no Triton URL: set SY_REWARD_TRITON_URL (or SY_TRITON_URL) or param 'url'")
-        if _float(params, "timeout_s", 10.0) <= 0:
+        if float_param(params, "timeout_s", 10.0) <= 0:
             raise ValueError("param 'timeout_s' must be positive")
 
     def _client(self, url: str) -> Any:
@@ -88,7 +88,7 @@ class TritonRewardModel(RewardFunction):
                 model,
                 build_inputs(samples, params),
                 outputs=[InferRequestedOutput(output)],
-                client_timeout=_float(params, "timeout_s", 10.0),
+                client_timeout=float_param(params, "timeout_s", 10.0),
             )
         except InferenceServerException as exc:
             if triton_down(exc):
