@@ -25,8 +25,6 @@ LONG_MODULES: dict[str, int] = {
     "services/registry/validate.py": 468,
     "shared/devstack/launcher.py": 564,
     "shared/devstack/models/build.py": 620,
-    "shared/rewards/functions.py": 468,
-    "shared/rewards/sandbox.py": 789,
     "shared/runtime/bus.py": 939,
     "shared/runtime/config.py": 930,
     "shared/runtime/storage.py": 597,
