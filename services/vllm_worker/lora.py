@@ -4,7 +4,7 @@ Each adapter version maps to one stable LoRA id (`adapters.lora_id`), so every w
 every restart names it the same; the engine keeps up to `max_cpu_loras` loaded and batches
 up to `max_loras` at once. Base-model requests run through a zero-weight adapter whenever
 LoRA is on (see `adapters.zero_adapter`). No Kafka and no HTTP here: `resolve` and `fetch`
-are passed in by main.py.
+are passed in by generation.py (the registry).
 """
 
 from __future__ import annotations

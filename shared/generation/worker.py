@@ -1,8 +1,10 @@
-"""What every inference worker does the same way, whatever its engine: publish token deltas
-with their acknowledgements, and heartbeats for the router.
+"""What every inference worker does the same way, whatever its engine: consume its pool's
+requests, publish token deltas with their acknowledgements, the final response, and heartbeats
+for the router.
 
-Both the vLLM and the Triton worker use these, so the router and the gateway see one shape of
-stream and one shape of live state from every pool.
+`GenerationWorker` drives an engine (shared/generation/engine.py) through all of it; both the
+vLLM and the Triton worker are one, so the router and the gateway see one shape of stream and
+one shape of live state from every pool.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from collections.abc import Callable
 
 from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
-from shared.generation.engine_io import DeltaBatcher
+from shared.generation.engine import GenerationEngine
+from shared.generation.engine_io import Accumulator, DeltaBatcher, deadline_error, deadline_passed
 from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, Producer, StageConsumer
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Envelope
+from shared.runtime.envelope import Envelope, Rejected, set_error
+from shared.runtime.health import Health
+from shared.runtime.service import Service
+from shared.runtime.stage import Emit, envelope_consumer
 from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -99,3 +105,92 @@ async def heartbeat_loop(
             await asyncio.wait_for(stop.wait(), timeout=settings.heartbeat_interval_s)
         except TimeoutError:
             pass
+
+
+class GenerationWorker:
+    """sy.infer.<pool> -> engine -> sy.stream (deltas) + sy.responses (final), heartbeats to
+    sy.heartbeats: one worker whatever the engine behind it."""
+
+    def __init__(self, settings: Settings, producer: Producer, engine: GenerationEngine) -> None:
+        self.settings, self.producer, self.engine = settings, producer, engine
+        self.worker = settings.instance_id
+        self.stream_topic, self.responses = settings.topic("stream"), settings.topic("responses")
+        self.source = settings.topic(f"infer.{engine.pool}")
+        self.in_flight = 0
+        self.consumer: StageConsumer | None = None
+
+    async def build(self, health: Health) -> Service:
+        """Start the engine, then the consumer: the Service a main hands to run_service."""
+        engine = self.engine
+        await engine.start()
+        health.add_check(engine.health_check, lambda: engine.ready)
+        self.consumer = envelope_consumer(
+            engine.stage,
+            f"infer.{engine.pool}",
+            self.handle,
+            self.producer,
+            self.settings,
+            max_in_flight=engine.max_in_flight,
+        )
+        return Service(
+            [self.consumer],
+            background=[self.heartbeats, *engine.background()],
+            on_stop=[engine.stop],
+            app=engine.app(),
+        )
+
+    def refuse(self, env: Envelope, exc: Rejected) -> list[Emit]:
+        return [
+            Emit(self.responses, set_error(env, exc.code, exc.reason, self.engine.stage, exc.http_status))
+        ]
+
+    async def handle(self, env: Envelope) -> list[Emit]:
+        """One request: refused (an error reply), or generated, streamed and answered."""
+        try:
+            if deadline_passed(env):
+                raise deadline_error()
+            job = await self.engine.prepare(env)
+        except Rejected as exc:
+            return self.refuse(env, exc)
+        kw = job.kw
+        acc = Accumulator(kw["n"], self.worker, stage=self.engine.stage, top_logprobs=kw.get("logprobs"))
+        stream = StreamPublisher(self.producer, self.stream_topic, env, self.settings.stream_flush_ms)
+        self.in_flight += 1
+        try:
+            # Unique per attempt: a redelivered request may reach the engine while the old one
+            # runs, and per tenant: two tenants may send the same request id (DESIGN §6).
+            attempt = f"{env.tenant}/{env.request_id}:{time.time_ns()}"
+            async for step in self.engine.generate(env, job, attempt):
+                await stream.add(acc.add(step, env.request_id, env.tenant))
+        finally:
+            self.in_flight -= 1
+            if job.release is not None:
+                job.release()
+        await stream.close()  # the final response carries the whole text: no wait for delta acks
+        finished = time.time_ns()
+        env.response.CopyFrom(acc.response(self.engine.pool))
+        env.response.model_version = self.engine.model_version(env.model)
+        acc.add_timings(env, finished)
+        return [Emit(self.responses, env)]
+
+    def heartbeat(self) -> Heartbeat:
+        load = self.engine.load()  # raises while the engine is unreachable: no heartbeat
+        assert self.consumer is not None
+        return Heartbeat(
+            pool=self.engine.pool,
+            worker_id=self.worker,
+            engine=self.engine.engine,
+            models=load.models,
+            model_versions=load.model_versions,
+            in_flight=self.in_flight,
+            max_in_flight=self.engine.max_in_flight,
+            queue_depth=load.queue_depth,
+            kv_usage=load.kv_usage,
+            modalities=load.modalities,
+            max_lora_rank=load.max_lora_rank,
+            adapters=load.adapters,
+            partitions=assigned_partitions(self.consumer, self.source),
+        )
+
+    async def heartbeats(self, stop: asyncio.Event) -> None:
+        await heartbeat_loop(self.settings, self.producer, self.heartbeat, stop, before=self.engine.refresh)
