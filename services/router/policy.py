@@ -136,6 +136,58 @@ def adapter_label(env: Envelope) -> str:
     return ""
 
 
+def _all_down(
+    env: Envelope,
+    capable: list[PoolConfig],
+    state: PoolState,
+    exclude: frozenset[str],
+    now: float | None,
+    park_max_s: float,
+) -> Decision:
+    """No usable pool: park a request without a deadline on the pool seen last, else fail (503)."""
+    key = affinity_key(env)
+    ages = {p.name: state.last_seen_age(p.name, now) for p in capable}
+    if env.deadline_unix_ms == 0:
+        waits = [
+            p
+            for p in capable
+            if p.name not in exclude and (ages[p.name] or 0) <= park_max_s and ages[p.name] is not None
+        ]
+        if waits:
+            best = min(waits, key=lambda p: (ages[p.name], p.name))
+            return Decision(
+                best,
+                key,
+                f"all capable pools down: waits on {best.name} (silent {ages[best.name]:.1f}s)"
+                " for a restarted worker",
+            )
+    parts = [
+        f"{p.name} (no heartbeat for {ages[p.name]:.1f}s)" if ages[p.name] is not None else p.name
+        for p in capable
+    ]
+    return Decision(
+        None, key, f"no live pool for model {env.model!r}: down: {', '.join(parts)}", http_status=503
+    )
+
+
+def _rank(p: PoolConfig, s: PoolSnapshot, state: PoolState, slo: str, label: str) -> tuple[object, ...]:
+    """Sort key: live first, unsaturated, SLO class order, adapter resident, load, tie, name."""
+    if slo == "interactive":
+        slo_key: tuple[float, ...] = (DEVICE_RANK.get(p.device, 3), round(state.ttft_ms(p), 3))
+        tie = p.cost
+    else:
+        slo_key, tie = (p.cost,), state.ttft_ms(p)
+    return (
+        s.health != "live",
+        s.saturated,
+        slo_key,
+        not (label and label in s.adapters),
+        round(s.load, 3),
+        tie,
+        p.name,
+    )
+
+
 def choose_pool(
     env: Envelope,
     pools: list[PoolConfig],
@@ -161,49 +213,10 @@ def choose_pool(
     health = {name: s.health for name, s in snap.items()}
     usable = [p for p in capable if health[p.name] != "down" and p.name not in exclude]
     if not usable:
-        ages = {p.name: state.last_seen_age(p.name, now) for p in capable}
-        if env.deadline_unix_ms == 0:
-            waits = [
-                p
-                for p in capable
-                if p.name not in exclude and (ages[p.name] or 0) <= park_max_s and ages[p.name] is not None
-            ]
-            if waits:
-                best = min(waits, key=lambda p: (ages[p.name], p.name))
-                return Decision(
-                    best,
-                    key,
-                    f"all capable pools down: waits on {best.name} (silent {ages[best.name]:.1f}s)"
-                    " for a restarted worker",
-                )
-        parts = [
-            f"{p.name} (no heartbeat for {ages[p.name]:.1f}s)" if ages[p.name] is not None else p.name
-            for p in capable
-        ]
-        return Decision(
-            None, key, f"no live pool for model {env.model!r}: down: {', '.join(parts)}", http_status=503
-        )
+        return _all_down(env, capable, state, exclude, now, park_max_s)
     slo = slo_class(env)
     label = adapter_label(env)
-
-    def rank(p: PoolConfig) -> tuple[object, ...]:
-        s = snap[p.name]
-        if slo == "interactive":
-            slo_key: tuple[float, ...] = (DEVICE_RANK.get(p.device, 3), round(state.ttft_ms(p), 3))
-            tie = p.cost
-        else:
-            slo_key, tie = (p.cost,), state.ttft_ms(p)
-        return (
-            s.health != "live",
-            s.saturated,
-            slo_key,
-            not (label and label in s.adapters),
-            round(s.load, 3),
-            tie,
-            p.name,
-        )
-
-    best = min(usable, key=rank)
+    best = min(usable, key=lambda p: _rank(p, snap[p.name], state, slo, label))
     s = snap[best.name]
     basis = (
         f"{best.device}, ttft~{state.ttft_ms(best):.0f}ms" if slo == "interactive" else f"cost {best.cost:g}"

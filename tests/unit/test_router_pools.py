@@ -204,3 +204,28 @@ def test_pool_engine_knobs_pass_through_to_vllm() -> None:
     assert pool_engine_knobs(Settings(pools=pools)) == {"dtype": "bfloat16", "cpu_offload_gb": 2}
     assert pool_engine_knobs(Settings(pools=pools, vllm_pool="q")) == {"quantization": "fp8"}
     assert pool_engine_knobs(Settings(pools=pools, vllm_pool="none")) == {}
+
+
+async def test_stage_fails_over_what_a_down_pool_owes() -> None:
+    """RouterStage (services/router/stage.py): a routed request is pending on its pool; once that
+    pool's workers go silent, the failover pass sends it to another pool and moves it there."""
+    import time
+
+    from services.router.stage import RouterStage
+    from shared.runtime.config import load_settings
+
+    settings = load_settings(pools=[GPU, CPU])
+    sent: list[object] = []
+
+    async def send(rec: object) -> None:
+        sent.append(rec)
+
+    stage = RouterStage(settings, send)
+    stage.workers.update(hb("gpu", "g1"))
+    [emit] = await stage.handle(req())
+    assert emit.topic == settings.topic(GPU.topic_suffix) and stage.pending.of_pool("gpu")
+    stage.workers.update(hb("gpu", "g1"), now=time.monotonic() - 60)  # silent for a minute: down
+    stage.workers.update(hb("cpu", "c1"))
+    await stage.failover()
+    assert [r.topic for r in sent] == [settings.topic(CPU.topic_suffix)]  # type: ignore[attr-defined]
+    assert not stage.pending.of_pool("gpu") and stage.pending.of_pool("cpu")
