@@ -22,6 +22,7 @@ from loadtests import (
     rollouts,
     soak,
 )
+from loadtests.harness.report import write_result
 
 SCENARIOS = {
     "bus": bus.run,
@@ -59,8 +60,7 @@ def main() -> None:
         if name == "soak" and args.soak_minutes:
             extra["duration_s"] = args.soak_minutes * 60
         result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick, **extra))
-        path = args.out / f"{name}.json"
-        path.write_text(json.dumps(result, indent=2))
+        path = write_result(args.out, name, result)
         print(f"{name}: wrote {path}")
         print(json.dumps(result.get("summary", result), indent=2))
 

@@ -13,15 +13,16 @@ import asyncio
 import io
 import json
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import openai
 
-from loadtests.pipeline import ROOT, pct, start_pipeline
 from shared.devstack.models import tasks
+
+from .harness.report import pct, write_result
+from .harness.stack import pipeline, sy_tiny, var_dir
 
 MAX_TOKENS = 16
 DEFAULT_LINES = 2000
@@ -113,26 +114,20 @@ async def batch(client: openai.AsyncOpenAI, bodies: list[dict[str, Any]]) -> dic
 
 
 async def run(out: Path, quick: bool = False, lines: int | None = None) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
     from shared.runtime.config import Settings
 
     n = lines or (200 if quick else DEFAULT_LINES)
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
-    var_dir = (out / "batch-var").resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
     window = Settings.model_fields["batch_max_in_flight"].default
-    proc, url = start_pipeline(model_dir, var_dir)
-    try:
-        client = openai.AsyncOpenAI(base_url=url, api_key="sk-switchyard-local", max_retries=0, timeout=600)
+    with pipeline(sy_tiny(), var_dir(out, "batch-var")) as stack:
+        client = openai.AsyncOpenAI(
+            base_url=stack.url, api_key="sk-switchyard-local", max_retries=0, timeout=600
+        )
         bodies = requests(n)
         for b in requests(4):  # warm-up: consumer groups settle, engine warm
             await client.chat.completions.create(**b)
         b_res = await batch(client, bodies)
         i_res = await interactive(client, bodies, window)
         await client.close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
     summary = {
         "lines": n,
         "batch_lines_per_s": b_res["lines_per_s"],
@@ -158,7 +153,6 @@ if __name__ == "__main__":
     ap.add_argument("--batch-lines", type=int, default=DEFAULT_LINES)
     ap.add_argument("--out", type=Path, default=Path("var/bench"))
     a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
     res = asyncio.run(run(a.out, lines=a.batch_lines))
-    (a.out / "batch.json").write_text(json.dumps(res, indent=2))
+    write_result(a.out, "batch", res)
     print(json.dumps(res["summary"], indent=2))

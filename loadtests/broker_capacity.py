@@ -14,8 +14,6 @@ on disk.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -24,9 +22,11 @@ from typing import Any
 
 import httpx
 
-from loadtests.pipeline import ROOT, pct, start_pipeline
-from loadtests.stack import stop_stack
 from shared.runtime.procs import rss_bytes
+
+from .harness.client import at_most, gateway_client
+from .harness.report import pct, slope
+from .harness.stack import sy_tiny, var_dir, whole_stack
 
 ROUND_REQUESTS = 1000
 CONCURRENCY = 8
@@ -69,16 +69,8 @@ def doubling_round(rounds: list[Round]) -> int | None:
 
 def mib_per_1000(rounds: list[Round]) -> float | None:
     """Least-squares slope of broker RSS against requests sent, in MiB per 1,000 requests."""
-    pts = [(r.requests, r.broker_rss_mib) for r in rounds]
-    if len(pts) < 2:
-        return None
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    var = sum((x - mx) ** 2 for x, _ in pts)
-    if var == 0:
-        return None
-    return round(sum((x - mx) * (y - my) for x, y in pts) / var * 1000, 3)
+    per_request = slope([(r.requests, r.broker_rss_mib) for r in rounds])
+    return None if per_request is None else round(per_request * 1000, 3)
 
 
 async def chat(client: httpx.AsyncClient, content: str) -> float | None:
@@ -101,13 +93,8 @@ async def chat(client: httpx.AsyncClient, content: str) -> float | None:
 
 async def load_round(client: httpx.AsyncClient, index: int, n: int) -> int:
     """n unique requests, CONCURRENCY at a time; returns how many failed."""
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(i: int) -> float | None:
-        async with sem:
-            return await chat(client, f"Round {index} request {i}: name one colour and one animal.")
-
-    return sum(1 for s in await asyncio.gather(*(one(i) for i in range(n))) if s is None)
+    calls = (chat(client, f"Round {index} request {i}: name one colour and one animal.") for i in range(n))
+    return sum(1 for s in await at_most(CONCURRENCY, calls) if s is None)
 
 
 async def probe(client: httpx.AsyncClient, index: int, n: int) -> tuple[list[float], int]:
@@ -124,9 +111,6 @@ async def probe(client: httpx.AsyncClient, index: int, n: int) -> tuple[list[flo
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-    from shared.runtime.config import Settings
-
     minutes = os.environ.get("SWITCHYARD_CAPACITY_MINUTES")
     size = (
         QUICK
@@ -140,30 +124,15 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     )
     if minutes:
         size = {**size, "cap_s": float(minutes) * 60}
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
-    var_dir = (out / "broker-capacity-var").resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
-    lora = str(Settings.model_fields["vllm_enable_lora"].default).lower()
-    proc, url = start_pipeline(
-        model_dir, var_dir, cache=True, single_pool=False, ready_timeout_s=900, SY_VLLM_ENABLE_LORA=lora
-    )
-    endpoints_path = var_dir / "run" / "endpoints.json"
     rounds: list[Round] = []
     stopped_by = "cap_requests"
     sent = errors = 0
     rss_doubled_at: int | None = None
     t0 = time.monotonic()
-    try:
-        ep = json.loads(endpoints_path.read_text())
-        pid = int(ep["kafka_pid"])
+    with whole_stack(sy_tiny(), var_dir(out, "broker-capacity-var")) as stack:
+        pid = int(stack.endpoints["kafka_pid"])
         idle_rss = (rss_bytes(pid) or 0) / 2**20
-        client = httpx.AsyncClient(
-            base_url=url,
-            headers={"Authorization": f"Bearer {API_KEY}"},
-            timeout=120,
-            limits=httpx.Limits(max_connections=CONCURRENCY + 2),
-        )
-        async with client:
+        async with gateway_client(stack.url, API_KEY, CONCURRENCY, timeout_s=120) as client:
             for j in range(3):  # warm-up, counted in what the broker holds
                 if await chat(client, f"Warm-up {j}: hello.") is None:
                     errors += 1
@@ -207,11 +176,9 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 if time.monotonic() - t0 >= size["cap_s"]:
                     stopped_by = "cap_time"
                     break
-        ep = json.loads(endpoints_path.read_text())
-    finally:
-        stop_stack(proc, timeout_s=180)
+        ep = stack.reread()
     at = doubling_round(rounds)
-    restarts = {n: i.get("exits", {}) for n, i in ep["services"].items() if i.get("exits")}
+    restarts = stack.restarts()
     first, last = (rounds[0], rounds[-1]) if rounds else (None, None)
     summary = {
         "stopped_by": stopped_by,

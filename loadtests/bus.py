@@ -27,12 +27,8 @@ from shared.runtime.envelope import Envelope, Kind, encode
 from shared.runtime.kafka_admin import create_topics
 from shared.runtime.procs import free_port, stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+from .harness.report import pct
+from .harness.stack import ROOT
 
 
 def envelope(i: int, pad: int = 800) -> Envelope:

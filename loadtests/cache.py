@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import statistics
 import time
 from pathlib import Path
@@ -26,8 +25,8 @@ from typing import Any
 import numpy as np
 import openai
 
-from loadtests.pipeline import pct, start_pipeline
-from loadtests.stack import ROOT, models_dir
+from .harness.report import pct
+from .harness.stack import ROOT, models_dir, pipeline, sy_tiny, var_dir
 
 MILVUS = "Milvus standalone 2.3.5 (PyPI `milvus`, embedded server), pymilvus 3.0.2"
 
@@ -71,37 +70,37 @@ async def end_to_end(model_dir: Path, var_dir: Path, n: int) -> dict[str, Any]:
     # A collection of its own: the var dir (and Milvus' data in it) is kept between runs, so a
     # shared collection would still hold the last run's answers and its "misses" would be hits.
     collection = f"sy_cache_bench_{time.time_ns()}"
-    proc, url = start_pipeline(model_dir, var_dir, cache=True, SY_MILVUS_COLLECTION=collection)
     pairs = paraphrase_pairs(n)
-    try:
-        client = openai.AsyncOpenAI(base_url=url, api_key="sk-switchyard-local", max_retries=0, timeout=120)
-        await _chat(client, "warm-up: what is 1+1?")
-        miss, exact, semantic, sem_hits, tiers, peeked = [], [], [], 0, [], 0
-        parts: dict[str, dict[str, list[float]]] = {"exact": {}, "semantic": {}}
-        for a, _ in pairs:
-            ms, info = await _chat(client, a)
-            miss.append(ms)
-            tiers.append((info.get("cache") or {}).get("hit", False))
-        await written_back(var_dir, len(pairs))
-        # Exact repeats first, then the paraphrases: a paraphrase the verifier refuses is generated
-        # and written back, which would land in the middle of the next exact hit's measurement.
-        for a, _ in pairs:
-            ms, info = await _chat(client, a)
-            if (info.get("cache") or {}).get("tier") == "exact":
-                exact.append(ms)
-                _parts(parts["exact"], info, ms)
-                peeked += any(row["stage"] == "cache_peek" for row in info.get("breakdown", []))
-        for _, b in pairs:
-            ms, info = await _chat(client, b)
-            if (info.get("cache") or {}).get("tier") == "semantic":
-                semantic.append(ms)
-                sem_hits += 1
-                _parts(parts["semantic"], info, ms)
-        await client.close()
-    finally:
-        drop_collection(var_dir, collection)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+    with pipeline(model_dir, var_dir, cache=True, SY_MILVUS_COLLECTION=collection) as stack:
+        try:
+            client = openai.AsyncOpenAI(
+                base_url=stack.url, api_key="sk-switchyard-local", max_retries=0, timeout=120
+            )
+            await _chat(client, "warm-up: what is 1+1?")
+            miss, exact, semantic, sem_hits, tiers, peeked = [], [], [], 0, [], 0
+            parts: dict[str, dict[str, list[float]]] = {"exact": {}, "semantic": {}}
+            for a, _ in pairs:
+                ms, info = await _chat(client, a)
+                miss.append(ms)
+                tiers.append((info.get("cache") or {}).get("hit", False))
+            await written_back(var_dir, len(pairs))
+            # Exact repeats first, then the paraphrases: a paraphrase the verifier refuses is generated
+            # and written back, which would land in the middle of the next exact hit's measurement.
+            for a, _ in pairs:
+                ms, info = await _chat(client, a)
+                if (info.get("cache") or {}).get("tier") == "exact":
+                    exact.append(ms)
+                    _parts(parts["exact"], info, ms)
+                    peeked += any(row["stage"] == "cache_peek" for row in info.get("breakdown", []))
+            for _, b in pairs:
+                ms, info = await _chat(client, b)
+                if (info.get("cache") or {}).get("tier") == "semantic":
+                    semantic.append(ms)
+                    sem_hits += 1
+                    _parts(parts["semantic"], info, ms)
+            await client.close()
+        finally:
+            drop_collection(var_dir, collection)
 
     return {
         "requests": len(pairs),
@@ -325,17 +324,13 @@ async def embedding_latency(encode: Any, texts: list[str], reps: int) -> dict[st
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-
-    var_dir = (out / "cache-var").resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
-    model_dir = build_model("sy-tiny", models_dir(), progress=False)
+    var = var_dir(out, "cache-var")
     sizes = [1_000, 10_000] if quick else [10_000, 100_000]
     result: dict[str, Any] = {
         "scenario": "cache",
         "embedder": "all-MiniLM-L6-v2 on ONNX Runtime, one thread (the service's default; torch beside it)",
-        "lookup": await lookups(var_dir, sizes, 50 if quick else 1000, warmup=20 if quick else 300),
-        "end_to_end": await end_to_end(model_dir, var_dir, 10 if quick else 40),
+        "lookup": await lookups(var, sizes, 50 if quick else 1000, warmup=20 if quick else 300),
+        "end_to_end": await end_to_end(sy_tiny(), var, 10 if quick else 40),
     }
     # Last: it loads torch (the sentence-transformers comparison) into this process, which the
     # cache service never does; the lookups above run as they do in the service.

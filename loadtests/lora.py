@@ -2,13 +2,12 @@
 popularity, with adapter-affinity routing on and off, plus the cold load of one adapter.
 
 Four pipelines (`python -m shared.devstack.cli up`). One vLLM worker, LoRA on, then off: adapters against
-base with the engine on its own core (the target is read here; base requests run through a
-zero-weight adapter whenever LoRA is on, so the LoRA-off run gives what LoRA costs). Then two
-workers, affinity routing on and off: the launcher starts one, this scenario starts a second
-(`services.vllm_worker.main`, own instance id, health port and adapter cache, its engine on the
-services' cores) in the same consumer group, and waits until the heartbeats show the partitions
-split between them. On a two-core host the second engine competes with the broker and services,
-so those two runs compare routing modes with each other only.
+base (the target is read here; base requests run through a zero-weight adapter whenever LoRA is
+on, so the LoRA-off run gives what LoRA costs). Then two workers, affinity routing on and off: the
+launcher starts one, this scenario starts a second (`services.vllm_worker.main`, own instance id,
+health port and adapter cache) in the same consumer group, and waits until the heartbeats show the
+partitions split between them. On a two-core host the second engine competes with the first, the
+broker and services, so those two runs compare routing modes with each other only.
 
 Adapters are real peft adapters of sy-tiny (rank 8, q_proj/v_proj, seeds 1..16) uploaded to the
 registry. Every adapter set is warmed before it is measured (on both workers when affinity is
@@ -27,10 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,14 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
-from loadtests.pipeline import pct, prompts
-from loadtests.stack import run_result, stack_env, start_stack
-from shared.runtime.cpus import format_cpus, service_cpus
 from shared.runtime.procs import child_setup, free_port, kill_group, stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
+from .harness.client import at_most, gateway_client, level_summary, prompts
+from .harness.client import one as stream_one
+from .harness.engine import run_result
+from .harness.stack import ROOT, SINGLE_POOL, gateway_url, stack_env, start_stack, stop_stack, sy_tiny
+
 MAX_TOKENS = 32
 CONCURRENCY = 8
 N_ADAPTERS = 16
@@ -54,7 +51,6 @@ ZIPF_S = 1.1
 TARGET = 0.8
 API_KEY = "sk-bench"
 TOPIC_PREFIX = "sy."
-POOLS = [{"name": "vllm", "engine": "vllm", "models": ["sy-tiny"], "max_lora_rank": 8}]
 
 
 def adapter_names(n: int) -> list[str]:
@@ -145,7 +141,7 @@ class Stack:
             "SY_DRAIN_TIMEOUT_S": "5",
             "SY_CACHE_ENABLED": "false",  # prompts repeat across workloads: measure serving, not the cache
             "SY_API_KEYS": json.dumps({API_KEY: "bench"}),
-            "SY_POOLS": json.dumps(POOLS),
+            "SY_POOLS": json.dumps(SINGLE_POOL),
         }
         if workers > 1:  # partitions for the workers to split (the embedded broker's default is 1)
             settings["SY_TOPIC_PARTITIONS"] = "4"
@@ -158,7 +154,7 @@ class Stack:
 
     @property
     def gateway(self) -> str:
-        return self.endpoints["services"]["gateway"]["url"] + "/v1"
+        return gateway_url(self.endpoints)
 
     @property
     def registry(self) -> str:
@@ -195,16 +191,6 @@ class Stack:
             SY_KAFKA_SESSION_TIMEOUT_MS="3000",
             SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",
         )
-        services = service_cpus(env.get("SY_SERVICE_CPUS", "auto"))
-        cpus = None
-        if services is not None:  # as the launcher starts its own worker (shared/runtime/cpus.py)
-            env["SY_FRONTEND_CPUS"] = format_cpus(services)
-            # The launcher's worker has the engine cores the services leave (SY_ENGINE_CPUS=own);
-            # this one's engine goes on the services' cores, so the two engines never share one
-            # (measured: two engines on both of two cores ran half the tokens/s of one per core).
-            if env.get("SY_ENGINE_CPUS", "own") == "own":
-                cpus = services
-
         env.pop("SY_KAFKA_PORT", None)
         log = open(self.var_dir / f"vllm_worker-{i}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -215,7 +201,7 @@ class Stack:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=child_setup(cpus),
+            preexec_fn=child_setup(),
         )
         self.extra.append(proc)
         deadline = time.monotonic() + 300
@@ -231,15 +217,10 @@ class Stack:
     async def stop(self) -> None:
         if self.heartbeats is not None:
             await self.heartbeats.stop()
-        loop = asyncio.get_running_loop()
         for p in self.extra:
-            await loop.run_in_executor(None, stop_process, p, 30)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await loop.run_in_executor(None, self.proc.wait, 120)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(stop_process, p, 30)
+        if self.proc is not None:
+            await asyncio.to_thread(stop_stack, self.proc, 120)
         # Each service has its own process group; clear what is left of them (vLLM's EngineCore
         # has been seen outliving its worker), so later runs do not share the CPUs with it.
         pids = [s.get("pid") for s in self.endpoints.get("services", {}).values()]
@@ -275,39 +256,16 @@ class Stack:
 
 
 async def one(
-    client: openai.AsyncOpenAI, model: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
+    client: httpx.AsyncClient, model: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
 ) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    ttft = None
-    tokens = 0
-    info: dict[str, Any] = {}
-    stream = await client.chat.completions.create(
-        model=model,
-        messages=messages,
-        max_tokens=max_tokens,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={"min_tokens": max_tokens},
-    )
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content and ttft is None:
-            ttft = time.perf_counter() - t0
-        if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
-            info = (chunk.model_extra or {}).get("switchyard") or {}
-    loads = [r for r in info.get("breakdown", []) if r.get("stage") == "adapter_load"]
-    return {
-        "model": model,
-        "ttft_s": ttft,
-        "tokens": tokens,
-        "seconds": time.perf_counter() - t0,
-        "worker": info.get("worker", ""),
-        "adapter_loads": loads,
-    }
+    """One streaming request to `model`, with the worker that served it and its adapter loads."""
+    r = await stream_one(client, messages, model=model, max_tokens=max_tokens)
+    info = r.pop("switchyard") or {}
+    loads = [row for row in info.get("breakdown", []) if row.get("stage") == "adapter_load"]
+    return {**r, "model": model, "worker": info.get("worker", ""), "adapter_loads": loads}
 
 
-async def warm(client: openai.AsyncOpenAI, models: list[str], every_worker: int) -> int:
+async def warm(client: httpx.AsyncClient, models: list[str], every_worker: int) -> int:
     """Serve each model until `every_worker` distinct workers ran it (spread routing) or once."""
     msg = prompts(1)[0]
     sent = 0
@@ -335,25 +293,18 @@ def pick_models(kind: str, n: int) -> list[str]:
 
 
 async def workload(stack: Stack, name: str, kind: str, n: int, warm_workers: int) -> dict[str, Any]:
-    client = openai.AsyncOpenAI(base_url=stack.gateway, api_key=API_KEY, max_retries=0, timeout=300)
+    client = gateway_client(stack.gateway, API_KEY, CONCURRENCY)
     models = pick_models(kind, n)
     random.Random(3).shuffle(models)
     distinct = sorted(set(models))
     warm_requests = await warm(client, distinct, warm_workers)
     await asyncio.sleep(2.5)  # a heartbeat later the router knows what is resident where
-    ps = prompts(n)
-    sem = asyncio.Semaphore(CONCURRENCY)
-
-    async def guarded(model: str, p: list[dict[str, str]]) -> dict[str, Any]:
-        async with sem:
-            return await one(client, model, p)
-
+    calls = (one(client, m, p) for m, p in zip(models, prompts(n), strict=True))
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(guarded(m, p) for m, p in zip(models, ps, strict=True)))
+    results = await at_most(CONCURRENCY, calls)
     wall = time.perf_counter() - t0
-    await client.close()
+    await client.aclose()
     ttfts = [r["ttft_s"] * 1000 for r in results if r["ttft_s"] is not None]
-    tokens = sum(r["tokens"] for r in results)
     per_worker: dict[str, int] = {}
     for r in results:
         per_worker[r["worker"]] = per_worker.get(r["worker"], 0) + 1
@@ -361,14 +312,8 @@ async def workload(stack: Stack, name: str, kind: str, n: int, warm_workers: int
     return {
         "workload": name,
         "distinct_models": len(distinct),
-        "requests": n,
-        "concurrency": CONCURRENCY,
         "warm_requests": warm_requests,
-        "tokens": tokens,
-        "wall_s": round(wall, 3),
-        "tokens_per_s": round(tokens / wall, 1),
-        "ttft_p50_ms": round(pct(ttfts, 0.5), 2),
-        "ttft_p99_ms": round(pct(ttfts, 0.99), 2),
+        **level_summary(CONCURRENCY, n, wall, sum(r["tokens"] for r in results), ttfts),
         "e2e_p50_ms": round(statistics.median(r["seconds"] for r in results) * 1000, 2),
         "requests_per_worker": dict(sorted(per_worker.items())),
         "adapter_loads_while_measuring": len(loads),
@@ -381,13 +326,10 @@ async def workload(stack: Stack, name: str, kind: str, n: int, warm_workers: int
 
 async def cold_load(stack: Stack, name: str, adapter_dir: Path) -> dict[str, Any]:
     await stack.upload(name, adapter_dir)
-    client = openai.AsyncOpenAI(base_url=stack.gateway, api_key=API_KEY, max_retries=0, timeout=300)
     msg = prompts(1)[0]
-    try:
+    async with gateway_client(stack.gateway, API_KEY) as client:
         cold = await one(client, name, msg, max_tokens=1)
         warm_runs = [await one(client, name, msg, max_tokens=1) for _ in range(5)]
-    finally:
-        await client.close()
     # A warm request may land on the other worker (spread routing) and load there: keep those out.
     hot = [r for r in warm_runs if not r["adapter_loads"]] or warm_runs
     warm_ms = statistics.median(r["seconds"] for r in hot) * 1000
@@ -453,10 +395,8 @@ async def run_stack(
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-
     t0 = time.perf_counter()
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    model_dir = sy_tiny()
     bench = (out / "lora-scaling").resolve()
     adapters = await asyncio.to_thread(build_adapters, model_dir, bench / "adapters")
     n = 16 if quick else 48
@@ -466,12 +406,12 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     floor_on = await asyncio.to_thread(run_engine_floor, model_dir, bench / "adapters", True, n)
     runs: dict[str, dict[str, Any]] = {}
     for label, count, env in (
-        # One worker: the engine on its own core, the services on theirs (the default deployment
-        # here): adapters vs base with nothing else moving. The target is read here.
+        # One worker (the default deployment here): adapters vs base with nothing else moving.
+        # The target is read here.
         ("one-worker", 1, {"SY_ROUTER_ADAPTER_AFFINITY": "true"}),
         ("one-worker-lora-off", 1, {"SY_VLLM_ENABLE_LORA": "false", "SY_ROUTER_ADAPTER_AFFINITY": "false"}),
-        # Two workers for routing: on two cores the second engine shares the services' core, so
-        # these runs compare affinity on and off with each other, not with the engine.
+        # Two workers for routing: on two cores the second engine shares the cores, so these
+        # runs compare affinity on and off with each other, not with the engine.
         ("affinity-on", workers, {"SY_ROUTER_ADAPTER_AFFINITY": "true"}),
         ("affinity-off", workers, {"SY_ROUTER_ADAPTER_AFFINITY": "false"}),
     ):

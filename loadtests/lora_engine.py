@@ -13,7 +13,6 @@ per process); prints `RESULT <json>`.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -21,24 +20,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loadtests.harness.client import at_most, prompts
+from loadtests.harness.engine import open_asyncllm, print_result, prompt_ids
+
 
 async def main(model_dir: str, adapters_dir: str, lora: bool, n: int) -> dict[str, Any]:
     from loadtests.lora import CONCURRENCY, MAX_TOKENS, N_ADAPTERS, adapter_names, pick_models
-    from loadtests.pipeline import prompts
     from services.vllm_worker.adapters import zero_adapter
-    from services.vllm_worker.engine import engine_args, engine_environment
-    from shared.runtime.config import load_settings
 
-    settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=lora)
-    engine_environment(settings)
+    llm, args = open_asyncllm(model_dir, vllm_enable_lora=lora)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
     from vllm.sampling_params import RequestOutputKind
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = engine_args(settings)
-    llm = AsyncLLM.from_engine_args(args)
     tok = llm.get_tokenizer()
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS, output_kind=RequestOutputKind.DELTA
@@ -50,12 +45,7 @@ async def main(model_dir: str, adapters_dir: str, lora: bool, n: int) -> dict[st
             requests[name] = LoRARequest(name, i, str(Path(adapters_dir) / name))
         zero = zero_adapter(Path(model_dir), Path(tempfile.mkdtemp()) / "zero", rank=8)
         requests["zero"] = LoRARequest("zero", N_ADAPTERS + 1, str(zero))
-    ids = [
-        tok.encode(
-            tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False), add_special_tokens=False
-        )
-        for m in prompts(n)
-    ]
+    ids = [prompt_ids(tok, m) for m in prompts(n)]
     counter = 0
 
     async def one(prompt_ids: list[int], model: str) -> int:
@@ -68,14 +58,8 @@ async def main(model_dir: str, adapters_dir: str, lora: bool, n: int) -> dict[st
         return tokens
 
     async def workload(models: list[str]) -> float:
-        sem = asyncio.Semaphore(CONCURRENCY)
-
-        async def guarded(p: list[int], m: str) -> int:
-            async with sem:
-                return await one(p, m)
-
         t0 = time.perf_counter()
-        tokens = sum(await asyncio.gather(*(guarded(ids[i % len(ids)], m) for i, m in enumerate(models))))
+        tokens = sum(await at_most(CONCURRENCY, (one(ids[i % len(ids)], m) for i, m in enumerate(models))))
         return tokens / (time.perf_counter() - t0)
 
     plan = [("base", ["sy-tiny"] * n)]
@@ -103,5 +87,4 @@ async def main(model_dir: str, adapters_dir: str, lora: bool, n: int) -> dict[st
 if __name__ == "__main__":
     if len(sys.argv) != 5 or sys.argv[3] not in ("on", "off"):
         sys.exit("usage: python -m loadtests.lora_engine MODEL_DIR ADAPTERS_DIR on|off N")
-    result = asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] == "on", int(sys.argv[4])))
-    print("RESULT " + json.dumps(result), flush=True)
+    print_result(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] == "on", int(sys.argv[4]))))

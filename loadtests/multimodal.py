@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parent.parent
+from .harness.report import pct
+from .harness.stack import pipeline, sy_tiny
 
 RESOLUTIONS = [(256, 256), (640, 480), (1280, 720), (1920, 1080), (3840, 2160), (6000, 4000)]
 AUDIO_SECONDS = [1, 5, 10, 30]
@@ -73,8 +74,7 @@ VLM_POOLS = [
 
 
 def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else float("nan")
+    return round(pct(xs, q), 2)
 
 
 def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
@@ -83,25 +83,24 @@ def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
 
     import openai
 
-    from loadtests.stack import gateway_url, start_stack, stop_stack
-    from shared.devstack.models.build import build_model
     from shared.devstack.models.vlm import build_vlm
 
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
+    model_dir = sy_tiny()
     build_vlm(model_dir.parent)
-    proc, endpoints = start_stack(
-        model_dir,
-        out / "var" / "multimodal-stack",
-        log_name="stack.log",
-        services=["gateway", "preprocess", "cache", "router", "triton_worker"],
-        SY_CACHE_ENABLED="false",
-        SY_POOLS=json.dumps(VLM_POOLS),
-        SY_API_KEYS=json.dumps({"sk-bench": "bench"}),
-    )
-    client = openai.OpenAI(base_url=gateway_url(endpoints), api_key="sk-bench", max_retries=2, timeout=120)
     text = {"type": "text", "text": "What is in the picture?"}
     rows: dict[str, list[dict[str, float]]] = {"text": [], "image": []}
-    try:
+    with pipeline(
+        model_dir,
+        out / "var" / "multimodal-stack",
+        single_pool=False,
+        services=["gateway", "preprocess", "cache", "router", "triton_worker"],
+        ready_timeout_s=420,
+        stop_timeout_s=90,
+        log_name="stack.log",
+        SY_POOLS=json.dumps(VLM_POOLS),
+        SY_API_KEYS=json.dumps({"sk-bench": "bench"}),
+    ) as stack:
+        client = openai.OpenAI(base_url=stack.url, api_key="sk-bench", max_retries=2, timeout=120)
         for i in range(-2, n):  # two warm-up pairs
             for kind in ("text", "image"):
                 content: list[dict[str, Any]] = [text]
@@ -138,8 +137,6 @@ def ttft_text_vs_image(out: Path, n: int) -> dict[str, Any]:
                         "prompt_tokens": float(last.usage.prompt_tokens),
                     }
                 )
-    finally:
-        stop_stack(proc)
 
     def summary(rs: list[dict[str, float]]) -> dict[str, float]:
         col = {k: [r[k] for r in rs] for k in rs[0]} if rs else {}

@@ -29,9 +29,10 @@ from switchyard.v1.envelope_pb2 import ChatMessage, Priority, Request, SamplingP
 from shared.devstack.models import tasks
 from shared.runtime.envelope import Envelope, Kind, decode, encode
 
-from .stack import start_stack, stop_stack
+from .harness.client import at_most
+from .harness.report import pct
+from .harness.stack import pipeline, sy_tiny, var_dir
 
-ROOT = Path(__file__).resolve().parent.parent
 MAX_TOKENS = 32
 POOLS = [
     {"name": "vllm", "engine": "vllm", "device": "cpu", "models": ["sy-tiny"], "cost": 1.0},
@@ -43,11 +44,6 @@ POOLS = [
         "cost": 0.5,
     },
 ]
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 # ------------------------------------------------------------------ power
@@ -177,17 +173,12 @@ def request(i: int, priority: int, tag: str, rng: random.Random) -> Envelope:
 async def closed_loop(
     drv: Driver, envs: list[Envelope], concurrency: int
 ) -> tuple[list[dict[str, Any]], float]:
-    sem = asyncio.Semaphore(concurrency)
-
     async def one(e: Envelope) -> dict[str, Any]:
-        async with sem:
-            r = await drv.ask(e)
-            r["priority"] = Priority.Name(e.priority)
-            return r
+        return {**await drv.ask(e), "priority": Priority.Name(e.priority)}
 
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(one(e) for e in envs))
-    return list(results), time.perf_counter() - t0
+    results = await at_most(concurrency, (one(e) for e in envs))
+    return results, time.perf_counter() - t0
 
 
 def stats(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
@@ -252,23 +243,21 @@ def choose_pool_overhead(n: int = 20000) -> dict[str, Any]:
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
-    var_dir = (out / "pools-var").resolve()
     n, conc = (12, 4) if quick else (32, 8)
     power = Power()
-    proc, endpoints = start_stack(
-        model_dir,
-        var_dir,
-        log_name="pools.log",
-        SY_CACHE_ENABLED="false",  # the workload repeats prompts: this scenario measures serving
-        SY_POOLS=json.dumps(POOLS),
-    )
     rng = random.Random(5)
     per_pool: dict[str, Any] = {}
-    try:
-        async with Driver(endpoints["kafka"]) as drv:
+    stack = pipeline(  # the cache off: the workload repeats prompts, this scenario measures serving
+        sy_tiny(),
+        var_dir(out, "pools-var"),
+        single_pool=False,
+        log_name="pools.log",
+        ready_timeout_s=420,
+        stop_timeout_s=90,
+        SY_POOLS=json.dumps(POOLS),
+    )
+    with stack as running:
+        async with Driver(running.endpoints["kafka"]) as drv:
             # warm both pools (first calls compile/allocate), not measured
             await closed_loop(drv, [request(i, p, "warm", rng) for i in range(4) for p in (1, 2)], 4)
             for label, priority in (
@@ -290,8 +279,6 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 for i in range(2 * n)
             ]
             mixed, wall = await closed_loop(drv, mixed_envs, 2 * conc)
-    finally:
-        stop_stack(proc)
     by_class = {
         cls: stats([r for r in mixed if r["priority"] == cls], wall)
         for cls in ("PRIORITY_INTERACTIVE", "PRIORITY_BATCH")

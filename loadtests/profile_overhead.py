@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
 import tempfile
 import time
@@ -33,7 +32,8 @@ from typing import Any
 
 import psutil
 
-from loadtests.pipeline import ROOT, start_pipeline, workload
+from .harness.client import workload
+from .harness.stack import pipeline, sy_tiny, var_dir
 
 
 def stack_cpu_s(root_pid: int) -> float:
@@ -113,15 +113,11 @@ def span_cost_us(n: int = 20000) -> dict[str, float]:
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
     n, concurrency, rounds = (16, 4, 2) if quick else (64, 8, 8)
-    var_dir = (out / "profile-overhead-var").resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
-    proc, url = start_pipeline(model_dir, var_dir, SY_TRACE_SAMPLE_RATIO="1.0")
+    var = var_dir(out, "profile-overhead-var")
     sides: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-    try:
+    with pipeline(sy_tiny(), var, SY_TRACE_SAMPLE_RATIO="1.0") as stack:
+        proc, url = stack.proc, stack.url
         await workload(url, "sk-switchyard-local", concurrency, n)  # warm-up block, not counted
         for i in range(rounds):
             for side in ("on", "off") if i % 2 == 0 else ("off", "on"):
@@ -138,10 +134,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                 result["stack_cpu_s"] = round(stack_cpu_s(proc.pid) - cpu0, 3)
                 result["cpu_ms_per_request"] = round(1000 * result["stack_cpu_s"] / n, 2)
                 sides[side].append(result)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    spans = var_dir / "run" / "spans.jsonl"
+    spans = var / "run" / "spans.jsonl"
     per_trace = (
         Counter(json.loads(line)["trace_id"] for line in spans.open()) if spans.exists() else Counter()
     )

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from loadtests.pipeline import ROOT
+from .harness.stack import ROOT
 
 E2E = "tests/e2e/test_openai_api.py::"
 # (pytest selector, scenario, load, faults). Order matters: the shutdown test stops its pipeline.

@@ -5,13 +5,12 @@
     against vLLM's AsyncLLM in-process (one request per prompt with n, all submitted at once),
     and through Switchyard: POST /v1/rollouts, wait until GET reports it completed (every sample
     generated, scored and published on sy.rewards, and read back by the gateway). The two take
-    turns: the engine on the cores `switchyard up` gives it (its front end on the services'
-    cores, as in the vLLM worker), a fresh stack, the engine again, ROUNDS times; each stack round
-    is read against the faster engine run beside it, and the median round's ratio is the target
-    figure (>= 0.9): this host's speed drifts by a third within minutes. Stricter, beside it: the
-    best round against the engine's fastest run anywhere in the scenario, including runs on every
-    core with each CPU executor (vLLM's worker process beside the engine core, and the model in
-    the engine-core process) before and after the stacks. LoRA is off on both sides, as in
+    turns: the engine, a fresh stack, the engine again, ROUNDS times; each stack round is read
+    against the faster engine run beside it, and the median round's ratio is the figure
+    (loadtests.harness.pairing: this host's speed drifts by a third within minutes). Stricter,
+    beside it: the best round against the engine's fastest run anywhere in the scenario, with
+    each CPU executor (vLLM's worker process beside the engine core, and the model in the
+    engine-core process) before and after the stacks. LoRA is off on both sides, as in
     pipeline-vs-engine (lora-scaling measures LoRA).
 (b) Rule-based reward scoring throughput in one process: numeric_match + regex + length_penalty
     + exact_match over groups of 8 (target >= 5k samples/s), the functions alone and the whole
@@ -25,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -33,18 +31,11 @@ from typing import Any
 
 import httpx
 
-from loadtests.pipeline import start_pipeline
-from loadtests.stack import (
-    baseline_executors,
-    fastest,
-    models_dir,
-    paired,
-    placed_asyncllm,
-    run_result,
-    split_ceiling,
-    switchyard_placement,
-)
 from shared.devstack.models import tasks
+
+from .harness.engine import baseline_executors, open_asyncllm, print_result, prompt_ids, run_result
+from .harness.pairing import fastest, paired
+from .harness.stack import pipeline, sy_tiny, var_dir
 
 MAX_TOKENS = 32
 # Job sizes (prompts; n samples each), run in one engine / one pipeline. The headline is the larger:
@@ -137,19 +128,11 @@ async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- (a) vs the engine
 async def direct_main(
-    model_dir: str, ks: tuple[int, ...], n: int, placement: str = "all", executor: str = "auto"
+    model_dir: str, ks: tuple[int, ...], n: int, executor: str = "auto"
 ) -> dict[str, dict[str, Any]]:
     """Run in a subprocess: the engine must be gone before the pipeline starts its own.
-
-    placement `all`: the engine may use every core (the baseline the target is read against);
-    `switchyard`: its engine process on the cores `switchyard up` gives the vLLM engine, its
-    front end on the services' cores, as in the vLLM worker — what the engine does with the
-    cores Switchyard leaves it, to tell the pipeline's cost from the cores' cost. `executor`:
-    SY_VLLM_CPU_EXECUTOR for this engine (`auto` as the worker chooses)."""
-    from shared.runtime.config import load_settings
-
-    settings = load_settings(vllm_model_path=model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
-    llm = placed_asyncllm(settings, placement)
+    `executor`: SY_VLLM_CPU_EXECUTOR for this engine (`auto` as the worker chooses)."""
+    llm, _ = open_asyncllm(model_dir, vllm_enable_lora=False, vllm_cpu_executor=executor)
     ran_with = {"0": "uni", "1": "mp"}.get(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", ""), "auto")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -166,10 +149,7 @@ async def direct_main(
     )
 
     async def one(rid: str, prompt: str) -> tuple[int, int, float]:
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = prompt_ids(tok, [{"role": "user", "content": prompt}])
         tokens, done = 0, set()
         async for out in llm.generate(TokensPrompt(prompt_token_ids=ids), params, rid):
             for o in out.outputs:
@@ -209,19 +189,17 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_direct(
-    model_dir: Path, ks: tuple[int, ...], n: int, placement: str = "all", executor: str = "auto"
+    model_dir: Path, ks: tuple[int, ...], n: int, executor: str = "auto"
 ) -> dict[str, dict[str, Any]]:
     """Per job size (str(k)), the engine's best run."""
     spec = ",".join(str(k) for k in ks)
-    return run_result(  # type: ignore[no-any-return]
-        "loadtests.rollouts", "direct", str(model_dir), spec, str(n), placement, executor
-    )
+    return run_result("loadtests.rollouts", "direct", str(model_dir), spec, str(n), executor)  # type: ignore[no-any-return]
 
 
 def run_direct_best(model_dir: Path, ks: tuple[int, ...], n: int) -> dict[str, dict[str, Any]]:
-    """The engine on every core with each CPU executor (vLLM's two processes, and the one process
-    the worker uses on one core), per job size the better: the baseline is the engine at its best."""
-    sides = [run_direct(model_dir, ks, n, "all", ex) for ex in baseline_executors()]
+    """The engine with each CPU executor (vLLM's two processes, and the one process the worker
+    uses on one core), per job size the better: the baseline is the engine at its best."""
+    sides = [run_direct(model_dir, ks, n, ex) for ex in baseline_executors()]
     return {key: merge([side[key] for side in sides]) for key in sides[0]}
 
 
@@ -282,102 +260,62 @@ async def switchyard_job(url: str, prompts: list[str], n: int) -> dict[str, Any]
     }
 
 
-async def switchyard_round(model_dir: Path, var_dir: Path, ks: tuple[int, ...], n: int) -> dict[str, Any]:
-    """A fresh stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: with
-    the engine on its own core, 50 ms measured no better than the 5 ms default); per job size the
-    best of REPEATS runs, as the engine's."""
+async def switchyard_round(model_dir: Path, var: Path, ks: tuple[int, ...], n: int) -> dict[str, Any]:
+    """A fresh stack as `make run` starts it (ROLLOUTS_FETCH_WAIT_MS overrides its fetch wait: 50 ms
+    measured no better than the 5 ms default); per job size the best of REPEATS runs, as the engine's."""
     overrides = {"SY_KAFKA_FETCH_MAX_WAIT_MS": FETCH_WAIT_MS} if FETCH_WAIT_MS else {}
-    proc, url = start_pipeline(model_dir, var_dir, **overrides)
     ours = {}
-    try:
-        await switchyard_job(url, job_prompts(2), n)  # warm-up: consumer groups settle
+    with pipeline(model_dir, var, **overrides) as stack:
+        await switchyard_job(stack.url, job_prompts(2), n)  # warm-up: consumer groups settle
         for k in ks:
-            ours[str(k)] = best([await switchyard_job(url, job_prompts(k), n) for _ in range(REPEATS)])
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+            ours[str(k)] = best([await switchyard_job(stack.url, job_prompts(k), n) for _ in range(REPEATS)])
     return ours
 
 
-def engine_turn(
-    model_dir: Path, ks: tuple[int, ...], n: int, placement: str, wide_executor: str
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """One engine turn beside the stack rounds, per job size: `own` on the cores `switchyard up`
-    gives the engine and (where it pins anything) `wide` on every core with `wide_executor`."""
-    own = run_direct(model_dir, ks, n, placement)
-    turn = {
-        key: {"own": {**r, "executor": f"{r.get('executor', 'auto')} on {placement} cores"}}
-        for key, r in own.items()
-    }
-    if placement == "switchyard":
-        for key, r in run_direct(model_dir, ks, n, "all", wide_executor).items():
-            turn[key]["wide"] = r
-    return turn
-
-
-def compare(direct: dict[str, Any], ours: dict[str, Any], same: dict[str, Any] | None) -> dict[str, Any]:
+def compare(direct: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     """One job size: samples/s of each side and the stricter ratio (best round vs fastest engine run)."""
     return {
         "direct_samples_per_s": direct["samples_per_s"],
         "switchyard_samples_per_s": ours["samples_per_s"],
         "samples_per_s_ratio_best_vs_fastest": round(ours["samples_per_s"] / direct["samples_per_s"], 3),
-        "direct_on_switchyards_engine_cores_samples_per_s": same["samples_per_s"] if same else None,
-        "ratio_vs_engine_on_the_same_cores": round(ours["samples_per_s"] / same["samples_per_s"], 3)
-        if same
-        else None,
         "first_group_ms_direct": direct["first_group_ms"],
         "first_group_ms_switchyard": ours["group_completion_ms_first"],
     }
 
 
 async def run(out: Path, quick: bool = False) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-
-    model_dir = build_model("sy-tiny", models_dir(), progress=False)  # built once, reused
-    var_dir = (out / "rollouts-var").resolve()
-    shutil.rmtree(var_dir, ignore_errors=True)  # fresh state per run (no disk cache, no old stores)
-    var_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = sy_tiny()
+    shutil.rmtree((out / "rollouts-var").resolve(), ignore_errors=True)  # fresh state: no old stores
+    var = var_dir(out, "rollouts-var")
     ks, n = (QUICK_JOB_PROMPTS, 4) if quick else (JOB_PROMPTS, 8)
     scoring = await scoring_throughput(4000 if quick else 40000)
 
     direct = run_direct_best(model_dir, ks, n)
-    # The headline pair takes turns (as in pipeline-vs-engine): the engine, a fresh stack, the
-    # engine again, `rounds` times. Each engine turn runs it on the cores `switchyard up` gives it
-    # (its front end on the services' cores) and on every core with the CPU executor that was
-    # faster there above; per job size the faster placement is the round's baseline.
-    rounds = 1 if quick else ROUNDS
-    placement = "switchyard" if switchyard_placement() else "all"
-    wide_executor = direct[str(max(ks))].get("executor", "auto")
-    turns = [engine_turn(model_dir, ks, n, placement, wide_executor)]
+    # The engine (with the executor that was faster above), a fresh stack, the engine again.
+    executor = direct[str(max(ks))].get("executor", "auto")
+    turns = [run_direct(model_dir, ks, n, executor)]
     ours_rounds = []
-    for _ in range(rounds):
-        ours_rounds.append(await switchyard_round(model_dir, var_dir, ks, n))
-        turns.append(engine_turn(model_dir, ks, n, placement, wide_executor))
-    paired_engine = [{key: merge(list(turn[key].values())) for key in turn} for turn in turns]
+    for _ in range(1 if quick else ROUNDS):
+        ours_rounds.append(await switchyard_round(model_dir, var, ks, n))
+        turns.append(run_direct(model_dir, ks, n, executor))
     ours = {}
     for key in ours_rounds[0]:  # the best round, with every run of every round
         ours[key] = merge([r[key] for r in ours_rounds])
         ours[key].pop("best_by_executor")
-    same = {key: merge([turn[key]["own"] for turn in turns]) for key in turns[0]}
-    # The engine on every core again after the stacks: the stricter figure is Switchyard's best
-    # round against the engine's fastest run anywhere in the scenario.
+    # The engine again after the stacks: the stricter figure is Switchyard's best round against
+    # the engine's fastest run anywhere in the scenario.
     again = run_direct_best(model_dir, ks, n)
-    direct = {key: merge([direct[key], again[key], *(e[key] for e in paired_engine)]) for key in direct}
+    direct = {key: merge([direct[key], again[key], *(t[key] for t in turns)]) for key in direct}
     per_size = {}
     for key in ours:
         pair = paired(
-            [e[key]["samples_per_s"] for e in paired_engine], [r[key]["samples_per_s"] for r in ours_rounds]
+            [t[key]["samples_per_s"] for t in turns], [r[key]["samples_per_s"] for r in ours_rounds]
         )
         per_size[key] = {
-            **compare(direct[key], ours[key], same[key] if placement == "switchyard" else None),
+            **compare(direct[key], ours[key]),
             "samples_per_s_ratio": pair["median_ratio"],
             "paired_rounds": pair["rounds"],
         }
-        if placement == "switchyard":  # what the core split alone leaves of the engine at its best
-            per_size[key]["core_split_ceiling"] = split_ceiling(
-                [t[key]["own"]["samples_per_s"] for t in turns],
-                [t[key]["wide"]["samples_per_s"] for t in turns],
-            )
     head = per_size[str(max(ks))]
     summary = {
         "job_prompts": list(ks),
@@ -402,7 +340,6 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
             "temperature": 1.0,
         },
         "asyncllm_in_process": direct,
-        "asyncllm_on_switchyards_engine_cores": same if placement == "switchyard" else None,
         "switchyard": ours,
         "by_job_prompts": per_size,
         "reward_scoring": scoring,
@@ -411,13 +348,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (5, 6, 7) and sys.argv[1] == "direct":
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "direct":
         ks = tuple(int(k) for k in sys.argv[3].split(","))
-        result = asyncio.run(direct_main(sys.argv[2], ks, int(sys.argv[4]), *sys.argv[5:]))
-        print("RESULT " + json.dumps(result), flush=True)
+        print_result(asyncio.run(direct_main(sys.argv[2], ks, int(sys.argv[4]), *sys.argv[5:])))
     elif len(sys.argv) == 2 and sys.argv[1] == "scoring":
         print(json.dumps(asyncio.run(scoring_throughput(40000)), indent=2))
     else:
-        sys.exit(
-            "usage: python -m loadtests.rollouts direct MODEL_DIR K[,K...] N [all|switchyard [auto|uni|mp]] | scoring"
-        )
+        sys.exit("usage: python -m loadtests.rollouts direct MODEL_DIR K[,K...] N [auto|uni|mp] | scoring")

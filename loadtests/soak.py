@@ -26,7 +26,6 @@ import asyncio
 import hashlib
 import json
 import random
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -37,10 +36,11 @@ import psutil
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from loadtests.pipeline import ROOT, start_pipeline
-from loadtests.stack import overrides
 from shared.devstack.profiling import runner
 from shared.devstack.profiling.scenarios import Scenario
+
+from .harness.report import slope
+from .harness.stack import overrides, sy_tiny, var_dir, whole_stack
 
 # A leak of ~9 KiB per request at 2 requests/s; allocator noise on these services is far below.
 MAX_SLOPE_MIB_PER_H = 64.0
@@ -257,18 +257,10 @@ def processes(endpoints: dict[str, Any]) -> dict[str, int]:
     return named
 
 
-def slope_mib_per_h(points: list[tuple[float, int]]) -> float | None:
+def slope_mib_per_h(points: list[tuple[float, float]]) -> float | None:
     """Least-squares slope of (seconds, bytes) in MiB/hour."""
-    if len(points) < 3:
-        return None
-    n = len(points)
-    mx = sum(t for t, _ in points) / n
-    my = sum(b for _, b in points) / n
-    var = sum((t - mx) ** 2 for t, _ in points)
-    if var == 0:
-        return None
-    cov = sum((t - mx) * (b - my) for t, b in points)
-    return round(cov / var * 3600 / 2**20, 2)
+    per_s = slope(points, min_points=3)
+    return None if per_s is None else round(per_s * 3600 / 2**20, 2)
 
 
 async def sample_rss(endpoints_path: Path, rows: list[dict[str, Any]], stop: asyncio.Event) -> None:
@@ -357,12 +349,6 @@ def broker_growth(memory: dict[str, dict[str, Any]], valid: int, hostile: list[H
 
 
 async def run(out: Path, quick: bool = False, duration_s: float | None = None) -> dict[str, Any]:
-    from shared.devstack.models.build import build_model
-    from shared.runtime.config import Settings
-
-    model_dir = build_model("sy-tiny", ROOT / "var" / "models", progress=False)
-    var_dir = (out / "soak-var").resolve()
-    var_dir.mkdir(parents=True, exist_ok=True)
     duration = duration_s or (240.0 if quick else 1800.0)
     sc = Scenario(
         name="soak",
@@ -373,42 +359,36 @@ async def run(out: Path, quick: bool = False, duration_s: float | None = None) -
         cache_hit_ratio=0.3,
         stream=True,
     )
-    lora = str(Settings.model_fields["vllm_enable_lora"].default).lower()
-    proc, url = start_pipeline(
-        model_dir, var_dir, cache=True, single_pool=False, ready_timeout_s=900, SY_VLLM_ENABLE_LORA=lora
-    )
-    endpoints_path = var_dir / "run" / "endpoints.json"
     rows: list[dict[str, Any]] = []
     stop = asyncio.Event()
     prefix = overrides().get("SY_TOPIC_PREFIX", "sy.")
     hostile: list[Hostile] = []
     refused: list[str] = []
-    producer: asyncio.Task[None] | None = None
-    try:
-        ep = json.loads(endpoints_path.read_text())
-        sampler = asyncio.create_task(sample_rss(endpoints_path, rows, stop))
+    with whole_stack(sy_tiny(), var_dir(out, "soak-var")) as stack:
+        kafka = stack.endpoints["kafka"]
+        sampler = asyncio.create_task(sample_rss(stack.endpoints_path, rows, stop))
         hostile_rps = sc.rate_rps * HOSTILE_SHARE / (1 - HOSTILE_SHARE)
         producer = asyncio.create_task(
-            produce_hostile(ep["kafka"], f"{prefix}requests", hostile_rps, duration, hostile, refused)
+            produce_hostile(kafka, f"{prefix}requests", hostile_rps, duration, hostile, refused)
         )
-        data = await runner.run(sc, url.removesuffix("/v1"), {}, "sk-switchyard-local", progress=False)
-        await producer
+        try:
+            data = await runner.run(
+                sc, stack.url.removesuffix("/v1"), {}, "sk-switchyard-local", progress=False
+            )
+            await producer
+        finally:
+            producer.cancel()
         stop.set()
         await sampler
-        letters = await read_dlq(ep["kafka"], f"{prefix}dlq", {h.sha256 for h in hostile})
-        ep = json.loads(endpoints_path.read_text())
-    finally:
-        if producer is not None and not producer.done():
-            producer.cancel()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=180)
+        letters = await read_dlq(kafka, f"{prefix}dlq", {h.sha256 for h in hostile})
+        stack.reread()
     reqs = data["requests"]
     errors: dict[str, int] = {}
     for r in reqs:
         if r["status"] != 200 or "error" in r:
             key = f"{r['status']} {str(r.get('error', ''))[:80]}".strip()
             errors[key] = errors.get(key, 0) + 1
-    restarts = {n: i.get("exits", {}) for n, i in ep["services"].items() if i.get("exits")}
+    restarts = stack.restarts()
     memory = memory_summary(rows, warmup_s=duration / 5)
     e2e = sorted(r["e2e_ms"] for r in reqs if r["status"] == 200 and "error" not in r)
     dlq = dlq_verdict(hostile, len(refused), letters)

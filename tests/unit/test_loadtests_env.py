@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadtests.harness.stack import stack_env
 from loadtests.lora import Stack
-from loadtests.stack import stack_env
 
 
 def test_stack_env_takes_the_callers_settings_over_its_defaults(tmp_path: Path) -> None:
@@ -51,31 +51,16 @@ def test_loadtests_stack_env_reaches_every_stack_and_the_shells_settings_do_not(
     assert "NOT_OURS" not in env  # only settings go through
 
 
-def test_the_pipeline_client_runs_on_the_services_cores_and_gives_them_back() -> None:
-    """The load generator must not take turns with the engine on its core (the in-process
-    baseline's requests come from the services' cores), and a stack started after the workload
-    must see every core again."""
-    import os
-
-    from loadtests.stack import client_on_services_cores, switchyard_placement
-
-    before = os.sched_getaffinity(0)
-    placement = switchyard_placement()
-    with client_on_services_cores():
-        assert os.sched_getaffinity(0) == (set(placement[1]) if placement else before)
-    assert os.sched_getaffinity(0) == before
-
-
 def test_the_pipeline_baseline_is_the_engines_fastest_run_of_each_level() -> None:
-    """Runs before and after the stacks and on Switchyard's engine core: the fastest counts, so a
-    baseline caught in a slow minute cannot flatter the pipeline; every run stays in the JSON."""
-    from loadtests.pipeline import fastest
+    """Runs before, between and after the stacks: the fastest counts, so a baseline caught in a
+    slow minute cannot flatter the pipeline; every run stays in the JSON."""
+    from loadtests.pipeline import level_fastest
 
-    before = {"concurrency": 8, "tokens_per_s": 1550.2, "placement": "all"}
-    after = {"concurrency": 8, "tokens_per_s": 2001.0, "placement": "all"}
-    same = {"concurrency": 8, "tokens_per_s": 2293.6, "placement": "switchyard"}
-    best = fastest([before, after, same])
-    assert best["tokens_per_s"] == 2293.6 and best["placement"] == "switchyard"
+    before = {"concurrency": 8, "tokens_per_s": 1550.2, "executor": "mp"}
+    after = {"concurrency": 8, "tokens_per_s": 2001.0, "executor": "mp"}
+    between = {"concurrency": 8, "tokens_per_s": 2293.6, "executor": "uni"}
+    best = level_fastest([before, after, between])
+    assert best["tokens_per_s"] == 2293.6 and best["executor"] == "uni"
     assert best["tokens_per_s_of_each_run"] == [1550.2, 2001.0, 2293.6]
 
 
@@ -95,13 +80,8 @@ def test_each_pipeline_round_is_read_against_the_engine_runs_beside_it() -> None
     assert level["median_ratio"] == 0.9 and level["median_added_ttft_p50_ms"] == 30.0
 
 
-def test_the_core_split_ceiling_is_read_turn_by_turn() -> None:
-    """The engine on its own cores against the engine on every core in the same turn: the host's
-    ceiling for the pipeline's ratio, so a slow minute in one placement does not pass for the split."""
+def test_the_rollouts_repeats_keep_the_fastest_with_every_run() -> None:
     from loadtests.rollouts import best
-    from loadtests.stack import split_ceiling
 
-    got = split_ceiling([1500.0, 1700.0, 1300.0], [2000.0, 2000.0, 1600.0])
-    assert got == {"median": 0.812, "per_turn": [0.75, 0.85, 0.812]}
     runs = [{"samples_per_s": 80.0}, {"samples_per_s": 95.5}]
     assert best(runs) == {"samples_per_s": 95.5, "runs_samples_per_s": [80.0, 95.5]}

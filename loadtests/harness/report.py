@@ -1,0 +1,36 @@
+"""Figures and result files: the percentile every scenario reads its latencies with, and the
+`<scenario>.json` under var/bench that `python -m loadtests.report` turns into docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def pct(xs: Sequence[float], q: float) -> float:
+    """The q-quantile by rank (no interpolation); NaN for no samples."""
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def slope(points: Sequence[tuple[float, float]], min_points: int = 2) -> float | None:
+    """Least-squares slope of (x, y) points; None with fewer than min_points or no spread in x."""
+    n = len(points)
+    if n < min_points:
+        return None
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    if var == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in points) / var
+
+
+def write_result(out: Path, name: str, result: dict[str, Any]) -> Path:
+    """`out/<name>.json`, the file the report reads."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
