@@ -44,10 +44,13 @@ def _itl(rec: dict[str, Any]) -> list[float]:
     return []
 
 
-def analyse(run: dict[str, Any]) -> dict[str, Any]:
-    reqs = run["requests"]
-    ok = [r for r in reqs if r["status"] == 200 and "error" not in r]
-    span = max(run["finished"] - run["started"], 1e-9)
+def _ok(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The requests that completed (200, no error)."""
+    return [r for r in run["requests"] if r["status"] == 200 and "error" not in r]
+
+
+def _stage_figures(ok: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Per stage (in first-seen order) and per refinement: p50/p99; the dominant stage at p50 and p99."""
     per_stage: dict[str, list[float]] = defaultdict(list)
     per_sub: dict[str, list[float]] = defaultdict(list)
     stage_order: list[str] = []
@@ -59,7 +62,6 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
                 stage_order.append(k)
         for k, v in sub.items():
             per_sub[k].append(v)
-    e2e = [r["e2e_ms"] for r in ok]
     stages = {
         k: {
             "p50_ms": pct(v, 0.5),
@@ -76,16 +78,14 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
     for r in slow:
         slow_sum.update(_stages(r)[0])
     dominant_p99 = slow_sum.most_common(1)[0][0] if slow_sum else None
-    hits = [r for r in ok if ((r.get("switchyard") or {}).get("cache") or {}).get("hit")]
-    itl = [x for r in ok for x in _itl(r)]
-    pools = Counter((r.get("switchyard") or {}).get("pool") or ("cache" if r in hits else "?") for r in ok)
-    errors = Counter(str(r.get("error") or r["status"])[:80] for r in reqs if r not in ok)
-    tokens = sum(r["tokens"] for r in ok)
-    covered = [
-        (r["switchyard"]["e2e_ms"], r["switchyard"]["stages_total_ms"])
-        for r in ok
-        if (r.get("switchyard") or {}).get("e2e_ms")
-    ]
+    refinements = {
+        k: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99), "n": len(v)} for k, v in per_sub.items()
+    }
+    return stages, refinements, {"p50": dominant_p50, "p99": dominant_p99}
+
+
+def _health(run: dict[str, Any]) -> dict[str, Any]:
+    """Engine preemptions over the run, and the services' restarts by cause."""
     preempt = [
         v
         for smp in run["samples"]
@@ -94,28 +94,44 @@ def analyse(run: dict[str, Any]) -> dict[str, Any]:
     ]
     exits = {n: e for n, e in (run.get("service_exits") or {}).items() if e}
     return {
-        "scenario": run["scenario"]["name"],
         "preemptions": (max(preempt) - min(preempt)) if preempt else None,
         "service_exits": exits,
         "oom_kills_suspected": sum(e.get("SIGKILL", 0) for e in exits.values()),
+    }
+
+
+def analyse(run: dict[str, Any]) -> dict[str, Any]:
+    reqs = run["requests"]
+    ok = _ok(run)
+    span = max(run["finished"] - run["started"], 1e-9)
+    stages, refinements, dominant = _stage_figures(ok)
+    e2e = [r["e2e_ms"] for r in ok]
+    ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
+    hits = [r for r in ok if ((r.get("switchyard") or {}).get("cache") or {}).get("hit")]
+    itl = [x for r in ok for x in _itl(r)]
+    pools = Counter((r.get("switchyard") or {}).get("pool") or ("cache" if r in hits else "?") for r in ok)
+    errors = Counter(str(r.get("error") or r["status"])[:80] for r in reqs if r not in ok)
+    covered = [
+        (r["switchyard"]["e2e_ms"], r["switchyard"]["stages_total_ms"])
+        for r in ok
+        if (r.get("switchyard") or {}).get("e2e_ms")
+    ]
+    return {
+        "scenario": run["scenario"]["name"],
+        **_health(run),
         "duration_s": round(span, 2),
         "requests": len(reqs),
         "completed": len(ok),
         "failed": len(reqs) - len(ok),
         "errors": dict(errors.most_common(10)),
         "requests_per_s": round(len(ok) / span, 3),
-        "tokens_per_s": round(tokens / span, 1),
+        "tokens_per_s": round(sum(r["tokens"] for r in ok) / span, 1),
         "e2e_ms": {"p50": pct(e2e, 0.5), "p99": pct(e2e, 0.99)},
-        "ttft_ms": {
-            "p50": pct([r["ttft_ms"] for r in ok if r["ttft_ms"] is not None], 0.5),
-            "p99": pct([r["ttft_ms"] for r in ok if r["ttft_ms"] is not None], 0.99),
-        },
+        "ttft_ms": {"p50": pct(ttft, 0.5), "p99": pct(ttft, 0.99)},
         "itl_ms": {"p50": pct(itl, 0.5), "p99": pct(itl, 0.99), "n": len(itl)},
         "stages": stages,
-        "refinements": {
-            k: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99), "n": len(v)} for k, v in per_sub.items()
-        },
-        "dominant_stage": {"p50": dominant_p50, "p99": dominant_p99},
+        "refinements": refinements,
+        "dominant_stage": dominant,
         "breakdown_coverage_ms": {
             "gap_p50": pct([e - s for e, s in covered], 0.5),
             "gap_max": round(max((abs(e - s) for e, s in covered), default=0.0), 3),
@@ -148,16 +164,7 @@ def _series(run: dict[str, Any], prefix: str) -> dict[str, list[tuple[float, flo
     return out
 
 
-def plots(run: dict[str, Any], a: dict[str, Any]) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in run["requests"] if r["status"] == 200 and "error" not in r]
-    t0 = run["started"]
-    out: dict[str, str] = {}
-
+def _plot_stages(plt: Any, a: dict[str, Any]) -> str:
     fig, ax = plt.subplots(figsize=(8, 3.6))
     names = list(a["stages"])
     for i, q in enumerate(("p50_ms", "p99_ms")):
@@ -170,31 +177,39 @@ def plots(run: dict[str, Any], a: dict[str, Any]) -> dict[str, str]:
     ax.set_xlabel("ms (stacked per stage; Kafka hops are hop:<topic>)")
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.set_title("Where the time goes")
-    out["stages"] = _png(fig)
+    return _png(fig)
 
-    for key, vals, title in (
-        ("ttft", [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None], "TTFT (client) ms"),
-        ("itl", [x for r in ok for x in _itl(r)], "Inter-token latency (engine) ms"),
-    ):
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.hist(vals or [0], bins=40, color="tab:blue")
-        ax.set_title(title)
-        out[key] = _png(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 3))
+def _plot_hist(plt: Any, vals: list[float], title: str) -> str:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.hist(vals or [0], bins=40, color="tab:blue")
+    ax.set_title(title)
+    return _png(fig)
+
+
+def _per_second(ok: list[dict[str, Any]], t0: float, value: Any) -> dict[int, list[int]]:
+    """Per second of the run (by end time): [requests, sum of value(request)]."""
     bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for r in ok:
         b = bins[int(r["end"] - t0)]
         b[0] += 1
-        b[1] += r["tokens"]
+        b[1] += value(r)
+    return bins
+
+
+def _plot_throughput(plt: Any, ok: list[dict[str, Any]], t0: float) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3))
+    bins = _per_second(ok, t0, lambda r: r["tokens"])
     xs = sorted(bins)
     ax.plot(xs, [bins[x][1] for x in xs], label="tokens/s")
     ax2 = ax.twinx()
     ax2.plot(xs, [bins[x][0] for x in xs], color="tab:orange", label="requests/s")
     ax.set_xlabel("s")
     ax.set_title("Throughput over time (tokens/s, requests/s orange)")
-    out["throughput"] = _png(fig)
+    return _png(fig)
 
+
+def _plot_lag(plt: Any, run: dict[str, Any]) -> str:
     fig, ax = plt.subplots(figsize=(7, 3))
     for k, pts in sorted(_series(run, "sy_consumer_lag").items()):
         if any(v for _, v in pts):
@@ -205,26 +220,30 @@ def plots(run: dict[str, Any], a: dict[str, Any]) -> dict[str, str]:
     ax.set_xlabel("s")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6)
-    out["lag"] = _png(fig)
+    return _png(fig)
 
+
+def _plot_cache(plt: Any, ok: list[dict[str, Any]], t0: float, rate: float) -> str:
     fig, ax = plt.subplots(figsize=(7, 3))
-    hit_bins: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for r in ok:
-        b = hit_bins[int(r["end"] - t0)]
-        b[0] += 1
-        b[1] += bool(((r.get("switchyard") or {}).get("cache") or {}).get("hit"))
+    hit_bins = _per_second(
+        ok, t0, lambda r: bool(((r.get("switchyard") or {}).get("cache") or {}).get("hit"))
+    )
     xs = sorted(hit_bins)
     ax.plot(xs, [hit_bins[x][1] / hit_bins[x][0] for x in xs])
     ax.set_ylim(0, 1)
-    ax.set_title(f"Cache hit rate over time (overall {a['cache_hit_rate']:.1%})")
-    out["cache"] = _png(fig)
+    ax.set_title(f"Cache hit rate over time (overall {rate:.1%})")
+    return _png(fig)
 
+
+def _plot_adapters(plt: Any, ok: list[dict[str, Any]], t0: float) -> str:
     fig, ax = plt.subplots(figsize=(7, 3))
     loads = sorted(r["end"] - t0 for r in ok if "adapter_load" in _stages(r)[1])
     ax.step(loads or [0], list(range(1, len(loads) + 1)) or [0], where="post")
     ax.set_title(f"Adapter loads (cumulative: {len(loads)})")
-    out["adapters"] = _png(fig)
+    return _png(fig)
 
+
+def _plot_pools(plt: Any, ok: list[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(6, 3))
     by_pool: dict[str, list[float]] = defaultdict(list)
     for r in ok:
@@ -236,8 +255,28 @@ def plots(run: dict[str, Any], a: dict[str, Any]) -> dict[str, str]:
             i, len(by_pool[p]), f"p50 {pct(by_pool[p], 0.5):.0f} ms", ha="center", va="bottom", fontsize=8
         )
     ax.set_title("Requests per pool (with e2e p50)")
-    out["pools"] = _png(fig)
-    return out
+    return _png(fig)
+
+
+def plots(run: dict[str, Any], a: dict[str, Any]) -> dict[str, str]:
+    """Every plot of PLOTS, as base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = _ok(run)
+    t0 = run["started"]
+    return {
+        "stages": _plot_stages(plt, a),
+        "ttft": _plot_hist(plt, [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None], "TTFT (client) ms"),
+        "itl": _plot_hist(plt, [x for r in ok for x in _itl(r)], "Inter-token latency (engine) ms"),
+        "throughput": _plot_throughput(plt, ok, t0),
+        "lag": _plot_lag(plt, run),
+        "cache": _plot_cache(plt, ok, t0, a["cache_hit_rate"]),
+        "adapters": _plot_adapters(plt, ok, t0),
+        "pools": _plot_pools(plt, ok),
+    }
 
 
 def render(run: dict[str, Any], a: dict[str, Any]) -> str:
