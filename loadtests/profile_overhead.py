@@ -30,27 +30,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from .harness.client import workload
+from .harness.procs import tree_cpu_s
 from .harness.stack import pipeline, sy_tiny, var_dir
-
-
-def stack_cpu_s(root_pid: int) -> float:
-    """User + system CPU seconds of the stack's whole process tree so far."""
-    total = 0.0
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return total
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def traceparent(sampled: bool) -> dict[str, str]:
@@ -121,7 +103,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         await workload(url, "sk-switchyard-local", concurrency, n)  # warm-up block, not counted
         for i in range(rounds):
             for side in ("on", "off") if i % 2 == 0 else ("off", "on"):
-                cpu0 = stack_cpu_s(proc.pid)
+                cpu0 = tree_cpu_s(proc.pid)
                 result = await workload(
                     url,
                     "sk-switchyard-local",
@@ -131,7 +113,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
                     warm_up=False,
                 )
                 await asyncio.sleep(0.5)  # let batched span export of this block land in its own CPU count
-                result["stack_cpu_s"] = round(stack_cpu_s(proc.pid) - cpu0, 3)
+                result["stack_cpu_s"] = round(tree_cpu_s(proc.pid) - cpu0, 3)
                 result["cpu_ms_per_request"] = round(1000 * result["stack_cpu_s"] / n, 2)
                 sides[side].append(result)
     spans = var / "run" / "spans.jsonl"

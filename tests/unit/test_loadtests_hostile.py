@@ -1,4 +1,4 @@
-"""The pure parts of the soak's hostile traffic and of broker-capacity (issue 32): the generator
+"""The pure parts of the soak's hostile traffic (loadtests/hostile.py) and of broker-capacity (issue 32): the generator
 covers every class, the DLQ check matches what a stage's dead letter carries, and the doubling
 detector stops at the right round."""
 
@@ -10,7 +10,7 @@ import random
 from aiokafka.structs import ConsumerRecord
 
 from loadtests.broker_capacity import Round, doubled, doubling_round, mib_per_1000
-from loadtests.soak import (
+from loadtests.hostile import (
     HOSTILE_CLASSES,
     HUGE_EVERY,
     HUGE_FIELD_BYTES,
@@ -19,7 +19,7 @@ from loadtests.soak import (
     envelope,
     hostile_record,
 )
-from shared.runtime.bus import dead_letter
+from shared.runtime.dead_letters import dead_letter
 from shared.runtime.envelope import Rejected, decode, validate
 
 
