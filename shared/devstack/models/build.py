@@ -9,6 +9,9 @@ per task on held-out prompts and saves everything in Hugging Face format:
                         tokenizer.json, tokenizer_config.json, special_tokens_map.json,
                         build.json   (manifest: recipe and its hash, steps, loss, accuracy, files)
 
+Its parts: the tokenizer and chat template in tokenizer.py, the data, training loop and evaluation
+in training.py; this module holds the recipe, the cache (manifest, lock) and the CLI.
+
 A finished directory with the same recipe hash is reused as is. The build writes into a
 temporary sibling and renames it into place, so an interrupted build never looks complete.
 
@@ -23,14 +26,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,12 +40,27 @@ from typing import Any
 import tokenizers
 import torch
 import transformers
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm import tqdm
-from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, GenerationConfig, LlamaForCausalLM
 
 from shared.devstack.models import tasks
-from shared.rewards.tasks import check as checked
+
+# The build's parts, re-exported: callers and tests name them here (build.train is patched).
+from shared.devstack.models.tokenizer import (  # noqa: F401
+    BOS,
+    CHAT_TEMPLATE,
+    END,
+    EOS,
+    PAD,
+    ROLES,
+    SPECIAL_TOKENS,
+    BuildError,
+    check_template,
+    render,
+    save_tokenizer,
+    train_tokenizer,
+    write_json,
+)
+from shared.devstack.models.training import bf16_supported, evaluate, model_config, train  # noqa: F401
 from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)
@@ -53,26 +70,6 @@ FORMAT_VERSION = 1
 MANIFEST = "build.json"
 DEFAULT_NAME = "sy-tiny"
 THREADS = 2
-
-PAD, BOS, EOS, END = "<|pad|>", "<|bos|>", "<|eos|>", "<|end|>"
-ROLES: dict[str, str] = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
-SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, END, *ROLES.values())
-
-# One string per turn: system/user end with <|end|>, assistant turns end with eos, so a model
-# that stops at eos stops after its own turn. Must match `render` exactly (checked at build).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if message['role'] == 'assistant' %}"
-    "{{ '<|assistant|>' + message['content'] + eos_token }}"
-    "{% elif message['role'] in ['system', 'user'] %}"
-    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
-    "{% else %}"
-    "{{ raise_exception('unsupported role: ' + message['role']) }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
-)
 
 DEFAULT_ARCH: dict[str, Any] = {
     "hidden_size": 256,
@@ -111,10 +108,6 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # bf16 matmuls under autocast where the CPU has native bf16 (weights and optimizer stay fp32).
     "bf16_autocast": True,
 }
-
-
-class BuildError(RuntimeError):
-    """The build produced something that does not load or render as it must."""
 
 
 # --------------------------------------------------------------------------- recipe
@@ -160,256 +153,6 @@ def _merged(defaults: dict[str, Any], override: dict[str, Any] | None, what: str
     if unknown:
         raise ValueError(f"unknown {what} settings {unknown}; known: {sorted(defaults)}")
     return {**defaults, **(override or {})}
-
-
-# --------------------------------------------------------------------------- tokenizer
-
-
-def render(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> str:
-    """The chat template in Python, for rendering training data fast."""
-    parts = [BOS]
-    for m in messages:
-        if m["role"] == "assistant":
-            parts.append(ROLES["assistant"] + m["content"] + EOS)
-        else:
-            parts.append(ROLES[m["role"]] + m["content"] + END)
-    if add_generation_prompt:
-        parts.append(ROLES["assistant"])
-    return "".join(parts)
-
-
-def train_tokenizer(spec: dict[str, Any], seed: int) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[A-Za-z0-9]"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    examples = tasks.dataset(spec["corpus_examples"], seed=seed + 7919)
-    corpus = [text for e in examples for text in (e.prompt, e.answer)]
-    corpus += ["system", "user", "assistant"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=spec["vocab_size"],
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus, trainer)
-    spare = spec["vocab_size"] - tok.get_vocab_size()
-    if spare < 0:
-        raise BuildError(f"tokenizer has {tok.get_vocab_size()} tokens, over vocab_size {spec['vocab_size']}")
-    tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(spare)])
-    return tok
-
-
-def save_tokenizer(tok: Tokenizer, out: Path, max_len: int) -> None:
-    tok.save(str(out / "tokenizer.json"))
-    extra = [t for t in SPECIAL_TOKENS if t not in (PAD, BOS, EOS)]
-    special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "additional_special_tokens": extra}
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        **special,
-        "extra_special_tokens": extra,
-        "model_max_length": max_len,
-        "padding_side": "left",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
-    }
-    _write_json(out / "tokenizer_config.json", config)
-    _write_json(out / "special_tokens_map.json", special)
-
-
-# --------------------------------------------------------------------------- data
-
-
-def _messages(example: tasks.Example) -> list[dict[str, str]]:
-    return [{"role": "user", "content": example.prompt}, {"role": "assistant", "content": example.answer}]
-
-
-def _encode(tok: Tokenizer, example: tasks.Example) -> tuple[list[int], int]:
-    """Token ids of the rendered exchange, and how many of them are prompt (not trained on)."""
-    prompt = tok.encode(render(_messages(example)[:1], add_generation_prompt=True)).ids
-    full = tok.encode(render(_messages(example))).ids
-    if full[: len(prompt)] != prompt:
-        raise BuildError(f"prompt is not a token prefix of the full exchange: {example}")
-    return full, len(prompt)
-
-
-def _packed_batches(
-    tok: Tokenizer, stream: Iterator[tasks.Example], rows: int, width: int
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Rows of `width` tokens, each holding several whole examples back to back.
-
-    Position ids restart at every example; with no 2D attention mask transformers turns that
-    into a block-diagonal causal mask, so examples never see each other. Packing instead of
-    padding every example to the longest roughly doubles the examples per second. Labels cover
-    only the assistant turn (answer + eos).
-    """
-    pad_id = tok.token_to_id(PAD)
-    pending: tuple[list[int], int] | None = None
-    while True:
-        ids = torch.full((rows, width), pad_id, dtype=torch.long)
-        labels = torch.full((rows, width), -100, dtype=torch.long)
-        positions = torch.zeros((rows, width), dtype=torch.long)
-        for r in range(rows):
-            used = 0
-            while True:
-                item = pending or _encode(tok, next(stream))
-                pending = None
-                full, n_prompt = item
-                if len(full) > width:
-                    raise BuildError(f"an example of {len(full)} tokens does not fit rows of {width}")
-                if used + len(full) > width:
-                    pending = item  # starts the next row, so long examples are not dropped
-                    break
-                end = used + len(full)
-                ids[r, used:end] = torch.tensor(full)
-                labels[r, used + n_prompt : end] = ids[r, used + n_prompt : end]
-                positions[r, used:end] = torch.arange(len(full))
-                used = end
-            positions[r, used:] = torch.arange(width - used)  # the padding is a segment of its own
-        yield {"input_ids": ids, "position_ids": positions, "labels": labels}
-
-
-def _stream(weights: dict[str, float], seed: int, exclude: set[str]) -> Iterator[tasks.Example]:
-    """Endless training examples, tasks drawn by weight, never a held-out evaluation prompt."""
-    rng = random.Random(seed)
-    names, shares = list(weights), list(weights.values())
-    while True:
-        example = tasks.sample(rng.choices(names, shares)[0], rng)
-        if example.prompt not in exclude:
-            yield example
-
-
-# --------------------------------------------------------------------------- training
-
-
-def _model_config(arch: dict[str, Any], vocab_size: int, tok: Tokenizer) -> LlamaConfig:
-    fields = {k: v for k, v in arch.items() if k != "rope_theta"}
-    return LlamaConfig(
-        vocab_size=vocab_size,
-        **fields,
-        hidden_act="silu",
-        rope_parameters={"rope_type": "default", "rope_theta": arch["rope_theta"]},
-        tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
-        bos_token_id=tok.token_to_id(BOS),
-        eos_token_id=tok.token_to_id(EOS),
-        pad_token_id=tok.token_to_id(PAD),
-        dtype="float32",
-    )
-
-
-def _lr_factor(step: int, progress: float, warmup: int, floor: float) -> float:
-    """Linear warmup over steps, then cosine decay over the budget used (steps or time)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def bf16_supported() -> bool:
-    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return bool(probe and probe())
-
-
-def train(
-    model: LlamaForCausalLM,
-    tok: Tokenizer,
-    cfg: dict[str, Any],
-    seed: int,
-    exclude: set[str],
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Train until `max_steps` or `minutes` of wall clock, whichever comes first."""
-    budget_s = cfg["minutes"] * 60 if cfg["minutes"] else math.inf
-    max_steps = cfg["max_steps"] or sys.maxsize
-    bf16 = bool(cfg["bf16_autocast"]) and bf16_supported()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"],
-        betas=tuple(cfg["betas"]),
-    )
-    stream = _stream(cfg["tasks"], seed, exclude)
-    batches = _packed_batches(tok, stream, cfg["rows"], cfg["row_tokens"])
-    model.train()
-    bar = tqdm(total=cfg["max_steps"], desc="train", unit="step", disable=not progress, dynamic_ncols=True)
-    step, ema, loss_value = 0, None, math.nan
-    start = time.monotonic()
-    while step < max_steps:
-        elapsed = time.monotonic() - start
-        if elapsed >= budget_s:
-            break
-        used = max(step / max_steps, elapsed / budget_s)
-        lr = cfg["lr"] * _lr_factor(step, used, cfg["warmup_steps"], cfg["min_lr_ratio"])
-        for group in opt.param_groups:
-            group["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(**next(batches), use_cache=False).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
-        step += 1
-        loss_value = loss.item()
-        ema = loss_value if ema is None else 0.95 * ema + 0.05 * loss_value
-        if progress:
-            if cfg["max_steps"] is None and step >= 5:
-                # Steps that fit the time budget at the rate so far, for a useful ETA.
-                bar.total = max(step, int(step * budget_s / (time.monotonic() - start)))
-            bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.1e}", refresh=False)
-            bar.update(1)
-    bar.close()
-    seconds = time.monotonic() - start
-    log.info(
-        "model_trained", steps=step, seconds=round(seconds, 1), loss=round(ema or math.nan, 4), bf16=bf16
-    )
-    return {
-        "steps": step,
-        "train_seconds": round(seconds, 2),
-        "final_loss": ema,
-        "last_loss": loss_value,
-        "precision": "bf16-autocast" if bf16 else "fp32",
-    }
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def evaluate(
-    model: LlamaForCausalLM, hf_tok: Any, examples: Sequence[tasks.Example], batch_size: int = 64
-) -> dict[str, float]:
-    """Greedy accuracy per task with HF generate, prompts rendered by the saved chat template."""
-    model.eval()
-    right: dict[str, int] = {}
-    total: dict[str, int] = {}
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
-        texts = [
-            hf_tok.apply_chat_template(_messages(e)[:1], tokenize=False, add_generation_prompt=True)
-            for e in chunk
-        ]
-        enc = hf_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = model.generate(
-            **enc,
-            max_new_tokens=12,
-            do_sample=False,
-            eos_token_id=hf_tok.eos_token_id,
-            pad_token_id=hf_tok.pad_token_id,
-        )
-        completions = hf_tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        for e, c in zip(chunk, completions, strict=True):
-            total[e.task] = total.get(e.task, 0) + 1
-            right[e.task] = right.get(e.task, 0) + int(checked(e.task, e.prompt, c))
-    return {t: round(right[t] / total[t], 4) for t in total}
 
 
 # --------------------------------------------------------------------------- build + cache
@@ -482,9 +225,9 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
     tok = train_tokenizer(recipe["tokenizer"], seed)
     save_tokenizer(tok, out, recipe["arch"]["max_position_embeddings"])
     hf_tok = AutoTokenizer.from_pretrained(out)
-    _check_template(hf_tok)
+    check_template(hf_tok)
 
-    config = _model_config(recipe["arch"], tok.get_vocab_size(), tok)
+    config = model_config(recipe["arch"], tok.get_vocab_size(), tok)
     model = LlamaForCausalLM(config)
     trained = [t for t, w in recipe["train"]["tasks"].items() if w > 0]
     held_out = tasks.dataset(recipe["eval_per_task"] * len(trained), seed + 1, trained)
@@ -525,24 +268,7 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
         "build_seconds": round(time.time() - started, 2),
         "files": files,
     }
-    _write_json(out / MANIFEST, manifest)  # last: its presence marks the build complete
-
-
-def _check_template(hf_tok: Any) -> None:
-    """The saved Jinja template must render exactly what training renders."""
-    convo = [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "Reverse: abc"},
-    ]
-    for gen in (True, False):
-        got = hf_tok.apply_chat_template(convo, tokenize=False, add_generation_prompt=gen)
-        if got != render(convo, add_generation_prompt=gen):
-            raise BuildError(f"chat template renders {got!r}, training uses {render(convo, gen)!r}")
-    ids = hf_tok(render(convo[:2], True), add_special_tokens=False)["input_ids"]
-    if ids[0] != hf_tok.bos_token_id or hf_tok.convert_ids_to_tokens(ids[-1]) != ROLES["assistant"]:
-        raise BuildError(f"special tokens are not atomic: {hf_tok.convert_ids_to_tokens(ids)}")
+    write_json(out / MANIFEST, manifest)  # last: its presence marks the build complete
 
 
 def _replace(tmp: Path, target: Path) -> None:
@@ -573,10 +299,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # --------------------------------------------------------------------------- CLI
