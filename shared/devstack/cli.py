@@ -1,4 +1,5 @@
-"""The `switchyard` command: `up` starts the pipeline, `topics` shows topics and lag, `asyncapi` the topic API."""
+"""The `switchyard` command: `up` starts the pipeline, `topics` shows topics and lag, `asyncapi` the topic API,
+`adapters` builds and uploads LoRA adapters (shared/devstack/adapters_cli.py)."""
 
 from __future__ import annotations
 
@@ -227,6 +228,9 @@ def main(argv: list[str] | None = None) -> None:
     from shared.devstack.batch_cli import add_parser as add_batch_parser  # batch jobs (issue 9)
 
     add_batch_parser(sub)
+    from shared.devstack.adapters_cli import add_parser as add_adapters_parser
+
+    add_adapters_parser(sub)
     args = parser.parse_args(argv)
     raise SystemExit(args.func(args))
 

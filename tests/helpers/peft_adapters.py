@@ -2,42 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-
-def build_adapter(
-    base_dir: Path,
-    out_dir: Path,
-    seed: int,
-    rank: int = 8,
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj"),
-    scale: float = 0.5,
-) -> Path:
-    """A peft adapter with non-zero, seed-dependent weights (saved as peft saves it)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    base = LlamaForCausalLM.from_pretrained(str(base_dir), torch_dtype=torch.float32)
-    cfg = LoraConfig(
-        r=rank,
-        lora_alpha=rank,
-        target_modules=list(target_modules),
-        init_lora_weights=False,
-        lora_dropout=0.0,
-    )
-    model = get_peft_model(base, cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn_like(p) * scale)
-    model.save_pretrained(str(out_dir))
-    conf = json.loads((out_dir / "adapter_config.json").read_text())
-    conf["base_model_name_or_path"] = base_dir.name  # the registry knows base models by name
-    (out_dir / "adapter_config.json").write_text(json.dumps(conf))
-    return out_dir
+from shared.devstack.models.adapters import build_adapter  # noqa: F401 - moved to devstack
 
 
 def hf_greedy(
