@@ -16,8 +16,9 @@ import time
 
 from shared.batches.celery_app import QUEUE, RUN_BATCH, make_celery
 from shared.batches.store import BatchStore
-from shared.runtime.bus import Producer, StageConsumer, off_path_wait_ms
+from shared.runtime.bus import Producer, off_path_wait_ms
 from shared.runtime.config import Settings
+from shared.runtime.consumer import StageConsumer
 from shared.runtime.health import Health
 from shared.runtime.procs import die_with_parent, stop_process
 from shared.runtime.production import HeldSecrets

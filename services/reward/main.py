@@ -20,16 +20,15 @@ from shared.rewards import default_functions, triton_url_of
 from shared.rewards.sandbox import isolation
 from shared.runtime.bus import (
     CONTENT_TYPE_HEADER,
-    FetchWaitGuard,
     OutRecord,
     Producer,
-    StageConsumer,
     client_kwargs,
     header,
     off_path_wait_ms,
-    rewind_reset_logs,
 )
 from shared.runtime.config import Settings
+from shared.runtime.consumer import StageConsumer
+from shared.runtime.embedded_broker import FetchWaitGuard, rewind_reset_logs
 from shared.runtime.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.runtime.health import Health
 from shared.runtime.production import HeldSecrets

@@ -17,8 +17,9 @@ from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
 from shared.generation.engine import GenerationEngine
 from shared.generation.engine_io import Accumulator, DeltaBatcher, deadline_error, deadline_passed
-from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, Producer, StageConsumer
+from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, Producer
 from shared.runtime.config import Settings
+from shared.runtime.consumer import StageConsumer
 from shared.runtime.envelope import Envelope, Rejected, set_error
 from shared.runtime.health import Health
 from shared.runtime.service import Service

@@ -16,8 +16,9 @@ from typing import Literal
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from shared.runtime.bus import FetchWaitGuard, client_kwargs, off_path_wait_ms, rewind_reset_logs
+from shared.runtime.bus import client_kwargs, off_path_wait_ms
 from shared.runtime.config import Settings
+from shared.runtime.embedded_broker import FetchWaitGuard, rewind_reset_logs
 from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)

@@ -19,8 +19,9 @@ from starlette.routing import Mount
 from starlette.types import ASGIApp
 
 from shared.runtime.admin import AdminGuard
-from shared.runtime.bus import Producer, StageConsumer
+from shared.runtime.bus import Producer
 from shared.runtime.config import ConfigError, Settings, load_settings
+from shared.runtime.consumer import StageConsumer
 from shared.runtime.health import Health, HttpServer, health_app
 from shared.runtime.production import HeldSecrets, refuse_unsafe_production
 from shared.runtime.telemetry import (

@@ -16,18 +16,11 @@ from dataclasses import dataclass
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.runtime.bus import (
-    CONTENT_TYPE_HEADER,
-    JOB_HEADER,
-    Handler,
-    OutRecord,
-    Producer,
-    StageConsumer,
-    bounded,
-    header,
-    sent_ns,
-)
+from shared.runtime.attempts import Handler
+from shared.runtime.bus import CONTENT_TYPE_HEADER, JOB_HEADER, OutRecord, Producer, header, sent_ns
 from shared.runtime.config import Settings
+from shared.runtime.consumer import StageConsumer
+from shared.runtime.dead_letters import bounded
 from shared.runtime.envelope import (
     CONTENT_TYPE_PROTOBUF,
     REQUEST_ID_RE,

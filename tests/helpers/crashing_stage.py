@@ -11,8 +11,9 @@ import os
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.runtime.bus import OutRecord, Producer, StageConsumer
+from shared.runtime.bus import OutRecord, Producer
 from shared.runtime.config import load_settings
+from shared.runtime.consumer import StageConsumer
 
 
 async def main() -> None:

@@ -7,8 +7,9 @@ import asyncio
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.runtime.bus import OutRecord, Producer, StageConsumer
+from shared.runtime.bus import OutRecord, Producer
 from shared.runtime.config import Settings, load_settings
+from shared.runtime.consumer import StageConsumer
 from shared.runtime.kafka_admin import topic_report
 from tests.helpers.kafka import collect, produce
 

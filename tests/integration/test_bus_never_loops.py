@@ -12,7 +12,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.runtime.bus import DLQ_EXCERPT_MAX, OutRecord, Producer, header
+from shared.runtime.bus import OutRecord, Producer, header
+from shared.runtime.dead_letters import DLQ_EXCERPT_MAX
 from shared.runtime.envelope import DependencyUnavailable, ErrorCode, Rejected
 from tests.helpers.kafka import collect, produce
 from tests.integration.test_bus import _run, _settings

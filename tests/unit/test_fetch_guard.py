@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 
-from shared.runtime.bus import FetchWaitGuard
+from shared.runtime.embedded_broker import FetchWaitGuard
 
 TP = TopicPartition("t", 0)
 
@@ -59,7 +59,7 @@ class Clock:
 
 def test_an_idle_reader_fetches_with_the_idle_wait_until_a_record_or_a_wake(monkeypatch) -> None:
     clock = Clock()
-    monkeypatch.setattr("shared.runtime.bus.time.monotonic", clock)
+    monkeypatch.setattr("shared.runtime.embedded_broker.time.monotonic", clock)
     c = FakeConsumer(position=100, highwater=100)  # caught up
     g = FetchWaitGuard(c, "s", idle_after_s=5, idle_wait_ms=50)  # type: ignore[arg-type]
     g.observe(True)  # a reader that has had records
@@ -84,7 +84,7 @@ def test_an_idle_reader_fetches_with_the_idle_wait_until_a_record_or_a_wake(monk
 
 def test_the_idle_wait_never_lowers_a_wait_nor_applies_when_off_or_lagging(monkeypatch) -> None:
     clock = Clock()
-    monkeypatch.setattr("shared.runtime.bus.time.monotonic", clock)
+    monkeypatch.setattr("shared.runtime.embedded_broker.time.monotonic", clock)
     off_path = FakeConsumer(position=1, highwater=1, wait_ms=200)
     g = FetchWaitGuard(off_path, "s", idle_after_s=1, idle_wait_ms=50)  # type: ignore[arg-type]
     clock.t += 10
@@ -105,7 +105,7 @@ def test_the_idle_wait_never_lowers_a_wait_nor_applies_when_off_or_lagging(monke
 def test_a_reader_without_a_record_since_its_start_is_idle_at_once(monkeypatch) -> None:
     """Readers of a fresh stack wait for traffic that may never come to them: they start idle."""
     clock = Clock()
-    monkeypatch.setattr("shared.runtime.bus.time.monotonic", clock)
+    monkeypatch.setattr("shared.runtime.embedded_broker.time.monotonic", clock)
     c = FakeConsumer(position=0, highwater=0)
     g = FetchWaitGuard(c, "s", idle_after_s=30, idle_wait_ms=50)  # type: ignore[arg-type]
     assert c._fetcher._fetch_max_wait_ms == 5 and not g.idle  # the first fetch is a short one

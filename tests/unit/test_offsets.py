@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from shared.runtime.bus import OffsetTracker, backoff_s
+from shared.runtime.bus import backoff_s
+from shared.runtime.consumer import OffsetTracker
 
 TP = TopicPartition("t", 0)
 

@@ -24,8 +24,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.devstack.wiring import ENGINE_WORKERS
-from shared.runtime.bus import FetchWaitGuard, client_kwargs
+from shared.runtime.bus import client_kwargs
 from shared.runtime.config import Settings
+from shared.runtime.embedded_broker import FetchWaitGuard
 from shared.runtime.envelope import (
     CONTENT_TYPE_JSON,
     ChatMessage,
