@@ -1,8 +1,11 @@
-"""Request bodies of the OpenAI-compatible API (pydantic: the boundary is validated here).
+"""Request and response bodies of the OpenAI-compatible API (pydantic: the boundary is validated here).
 
 Unknown fields are refused with a 400 naming them, so a client never believes a parameter
 took effect when it did not. vLLM's extra sampling fields (top_k, min_tokens,
 repetition_penalty) are accepted as vLLM's OpenAI server accepts them.
+
+The response models describe what the gateway sends (shared/openai/format.py builds the bodies);
+they give /openapi.json its response schemas, as vLLM's protocol.py does.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shared.batches.store import BatchObject as BatchObject
+from shared.batches.store import FileObject as FileObject
 from shared.runtime.envelope import MAX_MAX_TOKENS
 
 MAX_STOP = 4
@@ -117,3 +122,200 @@ class AsyncRequest(_Strict):
         pattern=r"^[A-Za-z0-9._:-]{1,100}$",
         description="Idempotency key: a retry returns the same request",
     )
+
+
+class CreateBatch(_Strict):
+    """Body of POST /v1/batches."""
+
+    input_file_id: str = Field(min_length=1, max_length=128)
+    endpoint: str
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+
+
+# ----------------------------------------------------------------------------------- responses
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the REST services answer (shared/openai/errors.py)."""
+
+    error: ErrorInfo
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CacheInfo(BaseModel):
+    hit: bool
+    tier: str
+    similarity: float
+    entry_id: str
+
+
+class SwitchyardInfo(BaseModel):
+    """Switchyard's extension on every reply: who answered and the per-stage breakdown."""
+
+    request_id: str
+    adapter: str | None = Field(description="name@version of the adapter that answered; None: the base model")
+    pool: str
+    worker: str
+    breakdown: list[dict[str, Any]] = Field(description="hops (queue) and stages in order, in ms")
+    stages_total_ms: float
+    cache: CacheInfo | None = Field(default=None, description="only on a cache hit")
+    e2e_ms: float | None = None
+
+
+# Chat logprobs ({"content": [...]}) or completions logprobs (tokens, token_logprobs, ...).
+Logprobs = dict[str, Any]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: Logprobs | None
+    finish_reason: str
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    switchyard: SwitchyardInfo
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: Logprobs | None
+    finish_reason: str
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    switchyard: SwitchyardInfo
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    logprobs: Logprobs | None
+    finish_reason: str | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One `data:` event of a chat stream; the last (stream_options.include_usage) has usage."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    switchyard: SwitchyardInfo | None = None
+
+
+class CompletionChunkChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: Logprobs | None
+    finish_reason: str | None
+
+
+class CompletionChunk(BaseModel):
+    """One `data:` event of a completions stream."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    usage: Usage | None = None
+    switchyard: SwitchyardInfo | None = None
+
+
+def sse_responses(chunk: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route that streams with `stream: true`: its events' model, by name."""
+    return {
+        200: {
+            "description": f"JSON, or with `stream: true` server-sent events: `data: <{chunk}>` ... `data: [DONE]`",
+            "content": {
+                "text/event-stream": {"schema": {"type": "string", "description": f"{chunk} events"}}
+            },
+        }
+    }
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str
+    parent: str | None = Field(description="the base model of an adapter; None for a base model")
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class AsyncRequestStatus(BaseModel):
+    """GET /v1/requests/{id} (and the answer to POST): `result` once completed, `error` once failed."""
+
+    id: str
+    object: Literal["request"]
+    endpoint: str
+    status: Literal["queued", "completed", "failed"]
+    created: float
+    finished: float | None
+    result: ChatCompletion | Completion | None = None
+    error: ErrorInfo | None = None
+
+
+class FileList(BaseModel):
+    object: Literal["list"]
+    data: list[FileObject]
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"]
+    deleted: bool
+
+
+Batch = BatchObject
+
+
+class BatchList(BaseModel):
+    object: Literal["list"]
+    data: list[BatchObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -13,7 +13,7 @@ from services.batch.lines import (
     request_id,
     validate_lines,
 )
-from services.gateway.batches import window_seconds
+from services.gateway.batches.serving import window_seconds
 from shared.runtime.envelope import Priority
 
 CHAT = "/v1/chat/completions"

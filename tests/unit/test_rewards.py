@@ -430,7 +430,7 @@ def test_two_tenants_with_the_same_rollout_id_both_complete_with_their_own_answe
     """DESIGN §6: the rollout id is the client's, so two tenants' jobs share group and sample
     request ids; the reward dedupe set and the gateway's store keep them apart, and each tenant's
     own redelivery is still dropped."""
-    from services.gateway.rollouts import RolloutStore
+    from services.gateway.rollouts.store import RolloutStore
 
     def tenant_job(tenant: str, prompts: tuple[str, ...]) -> Envelope:
         env = job(prompts=prompts)
@@ -492,7 +492,7 @@ def test_two_tenants_with_the_same_rollout_id_both_complete_with_their_own_answe
 
 
 def test_gateway_rollout_store_counts_once_and_reports_status(tmp_path: Path) -> None:
-    from services.gateway.rollouts import RolloutStore
+    from services.gateway.rollouts.store import RolloutStore
 
     store = RolloutStore(tmp_path / "r.sqlite")
     job_env = job()
@@ -545,7 +545,7 @@ def test_a_refused_kafka_job_without_rollout_id_still_completes_as_failed() -> N
 
 def test_gateway_rollout_wait_returns_when_the_last_record_is_stored(tmp_path: Path) -> None:
     """GET /v1/rollouts/{id}?wait=: held until the reader stores the group that completes the job."""
-    from services.gateway.rollouts import RolloutStore
+    from services.gateway.rollouts.store import RolloutStore
 
     store = RolloutStore(tmp_path / "r.sqlite")
     job_env = job()

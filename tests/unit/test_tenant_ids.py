@@ -22,9 +22,10 @@ from switchyard.v1.envelope_pb2 import Choice
 from services.batch.collect import Collector
 from services.batch.job import BatchJob
 from services.cache.keys import entry_id
-from services.gateway.api import Backend, async_result, create_app
+from services.gateway.app import Backend, create_app
 from services.gateway.replies import ReplyRouter, ResultStore
-from services.gateway.rollouts import RolloutStore, store_path
+from services.gateway.requests.serving import async_result
+from services.gateway.rollouts.store import RolloutStore, store_path
 from shared.batches.store import BatchObject, BatchStore, new_batch_id, read_jsonl
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope, Kind

@@ -1,0 +1,1 @@
+"""The gateway's batches routes (router.py) and their logic (serving.py)."""

@@ -1,0 +1,1 @@
+"""The gateway's chat routes (router.py) and their logic (serving.py)."""

@@ -1,0 +1,147 @@
+"""Admission as FastAPI dependencies: who calls (auth, the tenant's rate), whether this replica
+takes the request (readiness, open streams, requests in flight), the tenant's token budget.
+
+The state lives in one `Gate` on `app.state.gate`; the dependencies only read it from there.
+Quotas checked together with an accept (queued async requests, unfinished rollouts) stay in the
+serving code: the check and the accept run with no await between them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Generic, TypeVar
+
+from fastapi import Depends, Header, Request
+
+from shared.openai.protocol import ChatCompletionRequest, CompletionRequest
+from shared.prepare import prompt_texts
+from shared.runtime.admission import Admission, estimate_tokens
+from shared.runtime.auth import bearer, tenant_for_key
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+
+from .backend import Backend
+from .errors import ApiError
+from .limits import Slots
+
+
+class Ticket:
+    """The slots one admitted request holds (in flight, and a stream slot for streams)."""
+
+    def __init__(self, gate: Gate, tenant: str, stream: bool) -> None:
+        self.gate, self.tenant, self.stream, self.done = gate, tenant, stream, False
+
+    def release(self) -> None:
+        """Give back the in-flight slot (and the stream slot) once, whichever path ends first."""
+        if not self.done:
+            self.done = True
+            self.gate.in_flight.give("")
+            if self.stream:
+                self.gate.streams.give(self.tenant)
+
+
+class Gate:
+    """The admission state of one gateway replica."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend, self.settings = backend, backend.settings
+        self.admission = Admission(self.settings)
+        self.streams = Slots(self.settings.gateway_max_streams_per_tenant)
+        self.in_flight = backend.in_flight
+
+    async def tenant(self, authorization: str | None) -> str:
+        """The caller's tenant; every authenticated route counts against the tenant's rate (429)."""
+        key = bearer(authorization)
+        if key is None:
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "invalid_api_key")
+        tenant = tenant_for_key(self.settings.api_keys, key)
+        if tenant is None:
+            raise ApiError(401, "invalid API key", "invalid_api_key")
+        await self.admission.request(tenant)
+        return tenant
+
+    def check_ready(self) -> None:
+        if self.backend.draining():
+            raise ApiError(503, "gateway is shutting down; retry", "draining", headers={"Retry-After": "1"})
+        if not self.backend.ready():
+            raise ApiError(503, "gateway is not ready", "not_ready")
+
+    def admit(self, tenant: str, stream: bool) -> Ticket:
+        """Ready, a stream slot (429), then this replica's bound on requests waiting for replies
+        (503); the rate was counted on authentication (`tenant`)."""
+        self.check_ready()
+        if stream and self.streams.used(tenant) >= self.streams.limit:
+            raise ApiError(
+                429,
+                f"{self.streams.limit} streams already open for this tenant",
+                "too_many_streams",
+                headers={"Retry-After": "1"},
+            )
+        if not self.in_flight.take(""):
+            raise ApiError(
+                503,
+                f"gateway overloaded: {self.settings.gateway_max_in_flight} requests already waiting for replies",
+                "overloaded",
+                headers={"Retry-After": "1"},
+            )
+        if stream:
+            self.streams.take(tenant)
+        return Ticket(self, tenant, stream)
+
+    async def spend_tokens(self, env: Envelope) -> None:
+        """The tenant's token budget: prompt tokens (counted when prepared here, else estimated)
+        plus what the request may generate (max_tokens, or the context, times n)."""
+        prompt = env.tokens.total or estimate_tokens(sum(len(t.encode()) for t in prompt_texts(env)))
+        sampling = env.request.sampling
+        gen = sampling.max_tokens if sampling.HasField("max_tokens") else self.settings.vllm_max_model_len
+        await self.admission.tokens(env.tenant, prompt + gen * max(1, sampling.n))
+
+
+def gate_of(request: Request) -> Gate:
+    gate: Gate = request.app.state.gate
+    return gate
+
+
+def settings_of(request: Request) -> Settings:
+    settings: Settings = request.app.state.gate.settings
+    return settings
+
+
+async def tenant_of(request: Request, authorization: str | None = Header(default=None)) -> str:
+    """The caller's tenant (401 without a known key); counts against the tenant's rate (429)."""
+    return await gate_of(request).tenant(authorization)
+
+
+Tenant = Annotated[str, Depends(tenant_of)]
+
+R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
+
+
+@dataclass
+class Admitted(Generic[R]):
+    """A generation request past admission: its slots are held until `release`."""
+
+    req: R
+    tenant: str
+    t0: int
+    release: Callable[[], None]
+
+
+def _admitted(gate: Gate, req: R, tenant: str) -> Admitted[R]:
+    t0 = time.time_ns()
+    return Admitted(req, tenant, t0, gate.admit(tenant, req.stream).release)
+
+
+async def admit_chat(
+    req: ChatCompletionRequest, request: Request, tenant: Tenant
+) -> Admitted[ChatCompletionRequest]:
+    """Authenticated, the body valid (400 first), then admitted."""
+    return _admitted(gate_of(request), req, tenant)
+
+
+async def admit_completion(
+    req: CompletionRequest, request: Request, tenant: Tenant
+) -> Admitted[CompletionRequest]:
+    return _admitted(gate_of(request), req, tenant)

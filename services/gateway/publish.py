@@ -1,0 +1,29 @@
+"""Requests out: every path in (chat, async, rollouts, resubmits) produces through `Publisher`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shared.runtime.bus import OutRecord, Producer
+from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope
+from shared.runtime.ingest_auth import ServiceSigner
+from shared.runtime.stage import Emit, out_record
+
+from .errors import refuse_oversized
+
+
+class Publisher:
+    """To sy.requests, or to `topic` when the gateway prepared the request itself."""
+
+    def __init__(self, settings: Settings, producer: Producer, wake: Callable[[], None]) -> None:
+        # wake: the reply reader's (Follower.wake); an answer is coming, no idle fetch wait.
+        self.settings, self.producer, self.wake = settings, producer, wake
+        self.signer = ServiceSigner(settings)
+        self.requests_topic = settings.topic("requests")
+
+    async def submit(self, env: Envelope, topic: str | None = None) -> None:
+        refuse_oversized(env, self.settings.max_record_bytes)  # every path in: chat, async, rollouts
+        rec: OutRecord = out_record(Emit(topic or self.requests_topic, env))
+        await self.producer.send(self.signer.sign(rec))  # signed: preprocess may require it (issue 33)
+        self.wake()  # an answer is coming: no idle fetch wait on the reply reader

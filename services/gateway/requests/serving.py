@@ -1,0 +1,85 @@
+"""Async requests (POST /v1/requests, GET /v1/requests/{id}): accepted into the result store,
+produced, answered by whichever gateway reads the reply (replies.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.datastructures import Headers
+
+from shared.openai.errors import error_body
+from shared.openai.format import response_body, to_envelope
+from shared.openai.protocol import AsyncRequest, ChatCompletionRequest, CompletionRequest
+from shared.runtime.envelope import Envelope, encode, new_request_id
+from shared.runtime.telemetry import request_span
+
+from ..backend import Backend
+from ..deps import Gate
+from ..errors import ApiError
+from ..models.serving import ModelCatalog
+
+
+def async_result(env: Envelope) -> tuple[str, dict[str, Any]]:
+    """What GET /v1/requests/{id} shows for a finished envelope."""
+    if env.error.code:
+        return "failed", {"error": error_body(env.error.message, "server_error", env.error.code)["error"]}
+    return "completed", {"result": response_body(env, int(time.time()))}
+
+
+def parse_body(body: AsyncRequest) -> ChatCompletionRequest | CompletionRequest:
+    """The inner OpenAI body, validated as its endpoint's (400 naming `body.<field>`)."""
+    model_cls = ChatCompletionRequest if body.endpoint == "/v1/chat/completions" else CompletionRequest
+    try:
+        req = model_cls(**body.body)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise ApiError(400, f"body.{loc}: {e['msg']}", "invalid_request", f"body.{loc}") from None
+    if req.stream:
+        raise ApiError(400, "stream is not available for async requests", "invalid_request", "body.stream")
+    return req
+
+
+class AsyncRequests:
+    def __init__(self, backend: Backend, gate: Gate, models: ModelCatalog) -> None:
+        self.backend, self.gate, self.models, self.settings = backend, gate, models, backend.settings
+
+    async def submit(
+        self, body: AsyncRequest, tenant: str, idempotency_key: str | None, headers: Headers
+    ) -> dict[str, Any]:
+        """Queue a request; a retry with the same key returns the one already accepted."""
+        s, store = self.settings, self.backend.store
+        req = parse_body(body)
+        key = body.request_id or idempotency_key
+        env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
+        await self.models.check(req.model, tenant, env)
+        if key is None or not store.has_key(tenant, key):  # a retry spends no tokens twice
+            await self.gate.spend_tokens(env)
+        # The quota check and the accept with no await between: concurrent requests of one
+        # tenant cannot all pass the check (one event loop per replica).
+        if (key is None or not store.has_key(tenant, key)) and store.queued(tenant) >= s.tenant_max_queued:
+            raise ApiError(
+                429,
+                f"{s.tenant_max_queued} async requests already queued for this tenant "
+                "(SY_TENANT_MAX_QUEUED): wait for some to finish",
+                "too_many_queued",
+                headers={"Retry-After": "5"},
+            )
+        rid, new = store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
+        if new:
+            try:
+                with request_span("gateway", headers, time.time_ns(), request_id=rid, tenant=tenant):
+                    await self.backend.submit(env, None)
+            except Exception:
+                store.forget(rid)
+                raise
+            store.submitted(rid)
+        return store.get(rid, tenant) or {}
+
+    def get(self, request_id: str, tenant: str) -> dict[str, Any]:
+        found = self.backend.store.get(request_id, tenant)
+        if found is None:
+            raise ApiError(404, f"no request {request_id!r}", "not_found")
+        return found
