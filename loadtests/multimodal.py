@@ -21,6 +21,7 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,38 +203,51 @@ async def run(out: Path, quick: bool = False) -> dict[str, object]:
             request=Request(messages=[msg]),
         ).SerializeToString()
 
+    async def cost(
+        make: Callable[[int], tuple[bytes, ContentPart]], decode: Callable[[bytes], object]
+    ) -> Any:
+        """The stage on `reps` new inputs (no dedupe hit) against a plain decode of the same bytes."""
+        rows_total, rows_decode = [], []
+        for i in range(reps):
+            data, part = make(i)
+            t = time.perf_counter()
+            decode(data)
+            rows_decode.append((time.perf_counter() - t) * 1000)
+            took, env = await _stage_once(stage, envelope(part))
+            rows_total.append(took)
+        total, plain = ms(rows_total), ms(rows_decode)
+        ratio = round(total["p50_ms"] / max(plain["p50_ms"], 1e-6), 2)
+        row = {
+            "input_bytes": len(data),
+            "preprocess": total,
+            "plain_decode": plain,
+            "ratio_vs_plain_decode": ratio,
+        }
+        return row, env.media[0], env.tokens
+
+    def image(w: int, h: int, fmt: str, kw: dict[str, int]) -> Callable[[int], tuple[bytes, ContentPart]]:
+        def make(i: int) -> tuple[bytes, ContentPart]:
+            data = mf.encode(photo(w, h, seed=i), fmt, **kw)
+            url = mf.data_url(data, f"image/{fmt.lower()}")
+            return data, ContentPart(type="image_url", image_url=ImageUrl(url=url))
+
+        return make
+
     images = []
     for w, h in RESOLUTIONS[:4] if quick else RESOLUTIONS:
         for fmt, kw in (("JPEG", {"quality": 90}), ("PNG", {"compress_level": 6})):
-            rows_total, rows_decode = [], []
-            env = None
-            for i in range(reps):
-                data = mf.encode(photo(w, h, seed=i), fmt, **kw)  # new pixels each time: no dedupe hit
-                t = time.perf_counter()
-                Image.open(io.BytesIO(data)).load()
-                rows_decode.append((time.perf_counter() - t) * 1000)
-                part = ContentPart(
-                    type="image_url", image_url=ImageUrl(url=mf.data_url(data, f"image/{fmt.lower()}"))
-                )
-                took, env = await _stage_once(stage, envelope(part))
-                rows_total.append(took)
-            assert env is not None
-            ref = env.media[0]
-            total, decode = ms(rows_total), ms(rows_decode)
+            row, ref, tokens = await cost(image(w, h, fmt, kw), lambda d: Image.open(io.BytesIO(d)).load())
             images.append(
                 {
                     "input": f"{fmt} {w}x{h}",
-                    "input_bytes": len(data),
                     "stored": f"{ref.mime} {ref.width}x{ref.height}",
                     "stored_bytes": ref.size_bytes,
-                    "image_tokens": env.tokens.image,
-                    "preprocess": total,
-                    "plain_decode": decode,
-                    "ratio_vs_plain_decode": round(total["p50_ms"] / max(decode["p50_ms"], 1e-6), 2),
+                    "image_tokens": tokens.image,
+                    **row,
                 }
             )
             print(
-                f"  image {fmt} {w}x{h}: {total['p50_ms']} ms (decode alone {decode['p50_ms']} ms)",
+                f"  image {fmt} {w}x{h}: {row['preprocess']['p50_ms']} ms (decode alone {row['plain_decode']['p50_ms']} ms)",
                 flush=True,
             )
 
@@ -257,36 +271,31 @@ async def run(out: Path, quick: bool = False) -> dict[str, object]:
 
     ttft = await asyncio.to_thread(ttft_text_vs_image, out, 8 if quick else 24)
 
-    audio = []
     import soundfile as sf
 
+    def clip(secs: float, fmt: str) -> Callable[[int], tuple[bytes, ContentPart]]:
+        def make(i: int) -> tuple[bytes, ContentPart]:
+            data = mf.audio(fmt, seconds=secs - i * 0.01, rate=44100, channels=2)  # other bytes each time
+            return data, ContentPart(
+                type="input_audio", input_audio=InputAudio(data=mf.b64(data), format=fmt)
+            )
+
+        return make
+
+    audio = []
     for secs in AUDIO_SECONDS[:3] if quick else AUDIO_SECONDS:
         for fmt in ("wav", "mp3", "flac"):
-            rows_total, rows_decode = [], []
-            env = None
-            for i in range(reps):
-                data = mf.audio(fmt, seconds=secs - i * 0.01, rate=44100, channels=2)  # other bytes each time
-                t = time.perf_counter()
-                sf.read(io.BytesIO(data), dtype="float32")
-                rows_decode.append((time.perf_counter() - t) * 1000)
-                part = ContentPart(type="input_audio", input_audio=InputAudio(data=mf.b64(data), format=fmt))
-                took, env = await _stage_once(stage, envelope(part))
-                rows_total.append(took)
-            assert env is not None
-            total, decode = ms(rows_total), ms(rows_decode)
+            row, ref, tokens = await cost(clip(secs, fmt), lambda d: sf.read(io.BytesIO(d), dtype="float32"))
             audio.append(
                 {
                     "input": f"{fmt} 44.1 kHz stereo {secs} s",
-                    "input_bytes": len(data),
-                    "stored_bytes": env.media[0].size_bytes,
-                    "audio_tokens": env.tokens.audio,
-                    "preprocess": total,
-                    "plain_decode": decode,
-                    "ratio_vs_plain_decode": round(total["p50_ms"] / max(decode["p50_ms"], 1e-6), 2),
+                    "stored_bytes": ref.size_bytes,
+                    "audio_tokens": tokens.audio,
+                    **row,
                 }
             )
             print(
-                f"  audio {fmt} {secs}s: {total['p50_ms']} ms (decode alone {decode['p50_ms']} ms)",
+                f"  audio {fmt} {secs}s: {row['preprocess']['p50_ms']} ms (decode alone {row['plain_decode']['p50_ms']} ms)",
                 flush=True,
             )
     await asyncio.sleep(0)
