@@ -10,11 +10,8 @@ are serialised by a lock, and the in-memory view is rebuilt from the store at st
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from switchyard.v1.events_pb2 import AdapterEvent, AdapterVersion
@@ -23,72 +20,23 @@ from shared.adapters.registry_client import ADAPTER_FILES, Adapter, Manifest
 from shared.runtime.storage import Data, ObjectStore
 from shared.runtime.telemetry import get_logger
 
-from .validate import LATEST, CheckedAdapter, RegistryError, check_alias, check_name, parse_ref
+from .names import LATEST, RegistryError, check_alias, check_name, parse_ref
+from .state import (
+    CONFIG_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    PREFIX,
+    STATE_FILE,
+    AdapterState,
+    not_found,
+    object_key,
+)
+from .validate import CheckedAdapter
 
 log = get_logger(__name__)
 
-PREFIX = "adapters/"
-MODEL_FILE, CONFIG_FILE = ADAPTER_FILES
-MANIFEST_FILE = "manifest.json"
-STATE_FILE = "state.json"
 
 Publish = Callable[[AdapterEvent], Awaitable[None]]
-
-
-def _not_found(what: str) -> RegistryError:
-    return RegistryError(404, f"{what} not found", "not_found")
-
-
-@dataclass
-class AdapterState:
-    name: str
-    owner: str
-    visibility: str = "private"
-    aliases: dict[str, int] = field(default_factory=dict)
-    next_version: int = 1
-    deleted: bool = False  # tombstone: keeps next_version so numbers are never reused
-    versions: dict[int, Manifest] = field(default_factory=dict)  # live versions (from manifests)
-
-    def state_json(self) -> bytes:
-        body = {
-            "name": self.name,
-            "owner": self.owner,
-            "visibility": self.visibility,
-            "aliases": dict(sorted(self.aliases.items())),
-            "next_version": self.next_version,
-            "deleted": self.deleted,
-        }
-        return json.dumps(body, indent=2).encode()
-
-    def manifest(self, v: int) -> Manifest:
-        m = self.versions[v]
-        return m.model_copy(
-            update={
-                "owner": self.owner,
-                "visibility": self.visibility,
-                "aliases": sorted(a for a, t in self.aliases.items() if t == v),
-            }
-        )
-
-    def view(self) -> Adapter:
-        return Adapter(
-            name=self.name,
-            owner=self.owner,
-            visibility=self.visibility,  # type: ignore[arg-type]
-            versions=[self.manifest(v) for v in sorted(self.versions)],
-            aliases=dict(sorted(self.aliases.items())),
-        )
-
-    def fix_latest(self) -> None:
-        """`latest` always names the newest live version (absent when there is none)."""
-        if self.versions:
-            self.aliases[LATEST] = max(self.versions)
-        else:
-            self.aliases.pop(LATEST, None)
-
-
-def _key(name: str, *parts: str) -> str:
-    return "/".join([PREFIX.rstrip("/"), name, *parts])
 
 
 class Catalog:
@@ -121,11 +69,11 @@ class Catalog:
             versions: dict[int, Manifest] = {}
             for v, files in sorted(found.get("versions", {}).items()):
                 if MANIFEST_FILE not in files:
-                    removed = await self.store.delete_prefix(_key(name, f"v{v}") + "/")
+                    removed = await self.store.delete_prefix(object_key(name, f"v{v}") + "/")
                     log.warning("removed unfinished adapter version", adapter=name, version=v, files=removed)
                     continue
                 versions[v] = Manifest.model_validate_json(
-                    await self.store.get(_key(name, f"v{v}", MANIFEST_FILE))
+                    await self.store.get(object_key(name, f"v{v}", MANIFEST_FILE))
                 )
             if state is None:
                 if not versions:
@@ -145,15 +93,7 @@ class Catalog:
         log.info("catalog loaded", adapters=len(self.live()))
 
     async def _read_state(self, name: str) -> AdapterState:
-        raw = json.loads(await self.store.get(_key(name, STATE_FILE)))
-        return AdapterState(
-            name=name,
-            owner=raw["owner"],
-            visibility=raw.get("visibility", "private"),
-            aliases={str(a): int(v) for a, v in raw.get("aliases", {}).items()},
-            next_version=int(raw.get("next_version", 1)),
-            deleted=bool(raw.get("deleted", False)),
-        )
+        return AdapterState.from_json(name, await self.store.get(object_key(name, STATE_FILE)))
 
     # ------------------------------------------------------------------ reads
     def live(self) -> list[AdapterState]:
@@ -163,7 +103,7 @@ class Catalog:
         """The adapter if the tenant may see it; 404 otherwise (never confirm existence)."""
         s = self._adapters.get(name)
         if s is None or s.deleted or (s.owner != tenant and s.visibility != "public"):
-            raise _not_found(f"adapter {name!r}")
+            raise not_found(f"adapter {name!r}")
         return s
 
     def _owned(self, tenant: str, name: str) -> AdapterState:
@@ -185,7 +125,7 @@ class Catalog:
     def version(self, tenant: str, name: str, version: int) -> Manifest:
         s = self._visible(tenant, name)
         if version not in s.versions:
-            raise _not_found(f"adapter {name!r} version {version}")
+            raise not_found(f"adapter {name!r} version {version}")
         return s.manifest(version)
 
     def resolve(self, tenant: str, ref: str) -> Manifest:
@@ -193,20 +133,20 @@ class Catalog:
         s = self._visible(tenant, name)
         if alias is not None:
             if alias not in s.aliases:
-                raise _not_found(f"alias {name}@{alias}")
+                raise not_found(f"alias {name}@{alias}")
             version = s.aliases[alias]
         assert version is not None
         if version not in s.versions:
-            raise _not_found(f"adapter {name!r} version {version}")
+            raise not_found(f"adapter {name!r} version {version}")
         return s.manifest(version)
 
     async def open_file(
         self, tenant: str, name: str, version: int, filename: str
     ) -> tuple[Manifest, AsyncIterator[bytes]]:
         if filename not in ADAPTER_FILES:
-            raise _not_found(f"file {filename!r}")
+            raise not_found(f"file {filename!r}")
         m = self.version(tenant, name, version)
-        return m, self.store.stream(_key(name, f"v{version}", filename))
+        return m, self.store.stream(object_key(name, f"v{version}", filename))
 
     # ------------------------------------------------------------------ events
     def _event(self, s: AdapterState, type_: int, **what: Any) -> AdapterEvent:
@@ -267,7 +207,7 @@ class Catalog:
 
     # ------------------------------------------------------------------ changes
     async def _save_state(self, s: AdapterState) -> None:
-        await self.store.put(_key(s.name, STATE_FILE), s.state_json(), content_type="application/json")
+        await self.store.put(object_key(s.name, STATE_FILE), s.state_json(), content_type="application/json")
 
     def check_can_publish(self, tenant: str, name: str, max_owned: int | None = None) -> None:
         """A name another tenant owns is not available, and a new name must fit the tenant's quota
@@ -315,7 +255,7 @@ class Catalog:
             elif s.deleted:
                 s = AdapterState(name, tenant, visibility or "private", next_version=s.next_version)
             v = s.next_version
-            folder = _key(name, f"v{v}") + "/"
+            folder = object_key(name, f"v{v}") + "/"
             try:
                 info = await self.store.put(folder + MODEL_FILE, model)
                 if info.sha256 != model_sha256:
@@ -366,7 +306,7 @@ class Catalog:
                     400, "alias 'latest' is managed by the registry", "invalid_alias", "alias"
                 )
             if version not in s.versions:
-                raise _not_found(f"adapter {name!r} version {version}")
+                raise not_found(f"adapter {name!r} version {version}")
             previous = s.aliases.get(alias, 0)
             s.aliases[alias] = version
             await self._save_state(s)
@@ -385,7 +325,7 @@ class Catalog:
             if alias == LATEST:
                 raise RegistryError(400, "alias 'latest' cannot be deleted", "invalid_alias", "alias")
             if alias not in s.aliases:
-                raise _not_found(f"alias {name}@{alias}")
+                raise not_found(f"alias {name}@{alias}")
             previous = s.aliases.pop(alias)
             await self._save_state(s)
             log.info("adapter alias deleted", adapter=name, alias=alias, previous=previous)
@@ -400,7 +340,7 @@ class Catalog:
         async with self._lock(name):
             s = self._owned(tenant, name)
             if version not in s.versions:
-                raise _not_found(f"adapter {name!r} version {version}")
+                raise not_found(f"adapter {name!r} version {version}")
             pinned = sorted(a for a, v in s.aliases.items() if v == version and a != LATEST)
             if pinned:
                 raise RegistryError(
@@ -409,7 +349,7 @@ class Catalog:
                     "alias_in_use",
                     "version",
                 )
-            folder = _key(name, f"v{version}") + "/"
+            folder = object_key(name, f"v{version}") + "/"
             await self.store.delete(folder + MANIFEST_FILE)  # the version stops existing here
             del s.versions[version]
             s.fix_latest()
@@ -422,11 +362,11 @@ class Catalog:
         async with self._lock(name):
             s = self._owned(tenant, name)
             for v in sorted(s.versions):
-                await self.store.delete(_key(name, f"v{v}", MANIFEST_FILE))
+                await self.store.delete(object_key(name, f"v{v}", MANIFEST_FILE))
             gone = self._event(s, AdapterEvent.TYPE_DELETED)
             del gone.versions[:]
             gone.aliases.clear()
-            folders = [_key(name, f"v{v}") + "/" for v in s.versions]
+            folders = [object_key(name, f"v{v}") + "/" for v in s.versions]
             s.versions.clear()
             s.aliases.clear()
             s.deleted = True  # tombstone keeps next_version: numbers are never reused
@@ -435,7 +375,3 @@ class Catalog:
                 await self.store.delete_prefix(folder)
             log.info("adapter deleted", adapter=name, tenant=tenant)
             await self._emit(gone)
-
-
-def sha256_of(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()

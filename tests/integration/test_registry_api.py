@@ -497,3 +497,21 @@ async def test_every_tenant_route_of_the_registry_is_rate_limited(tmp_path: Path
         assert (await http.get("/v1/adapters", headers=B)).status_code == 200  # other tenants unaffected
         internal = {"Authorization": "Bearer tok-internal", "X-Switchyard-Tenant": "acme"}
         assert (await http.get("/v1/adapters", headers=internal)).status_code == 200
+
+
+async def test_every_registry_route_documents_its_answers_with_a_schema(http: httpx.AsyncClient) -> None:
+    """/openapi.json gives each operation a schema for its success answer (none for a 204) and an
+    ErrorBody for its errors: a 400 for a malformed request, never FastAPI's 422 shape."""
+    spec = (await http.get("/openapi.json")).json()
+    ops = [(m, p, op) for p, ops in spec["paths"].items() for m, op in ops.items()]
+    assert len(ops) >= 10
+    for method, path, op in ops:
+        answers = op["responses"]
+        ok = [s for s in answers if s.startswith("2")]
+        assert len(ok) == 1, (method, path, ok)
+        if ok[0] != "204":
+            assert all("schema" in c for c in answers[ok[0]]["content"].values()), (method, path)
+        for status in ("400", "401", "404", "422", "429"):
+            schema = answers[status]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+    assert "HTTPValidationError" not in spec["components"]["schemas"]

@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from services.registry.validate import (
-    RegistryError,
-    check_alias,
-    check_name,
-    check_upload,
-    parse_adapter_config,
-    parse_ref,
-    read_safetensors_header,
-)
+from services.registry.header import read_safetensors_header
+from services.registry.names import RegistryError, check_alias, check_name, parse_ref
+from services.registry.validate import check_upload, parse_adapter_config
 from shared.runtime.config import PoolConfig, Settings, load_settings
 from tests.helpers.adapters import (
     adapter_config,

@@ -1,0 +1,111 @@
+"""The registry's error answers: OpenAI-shaped bodies, their schema, and the upload size guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from shared.openai.errors import error_response as openai_error
+from shared.runtime.admission import Refused
+
+from .names import RegistryError
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx the registry answers, as OpenAI's clients expect it."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for routes: these statuses answer an ErrorBody (documented in /openapi.json)."""
+    return {s: {"model": ErrorBody} for s in statuses}
+
+
+def error_response(
+    status: int, message: str, code: str, param: str | None = None, retry_after: int | None = None
+) -> JSONResponse:
+    """A 429 always says when to retry (Retry-After)."""
+    if status == 429 and retry_after is None:
+        retry_after = 30
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return openai_error("registry", status, message, code, param, headers)
+
+
+async def _refused(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RegistryError)
+    return error_response(exc.status, exc.message, exc.code, exc.param)
+
+
+async def _limited(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Refused)
+    return error_response(exc.status, exc.message, exc.code, retry_after=exc.retry_after)
+
+
+async def _invalid(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 for a malformed request becomes a 400 naming the first bad field."""
+    assert isinstance(exc, RequestValidationError)
+    errs = exc.errors()
+    first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+    param = ".".join(str(x) for x in first["loc"] if x not in ("body", "path", "query")) or None
+    msg = "; ".join(
+        f"{'.'.join(str(x) for x in e['loc'] if x not in ('body', 'path', 'query'))}: {e['msg']}"
+        for e in errs[:5]
+    )
+    return error_response(400, msg, "invalid_request", param)
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return error_response(
+        exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "http_error"
+    )
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RegistryError, _refused)
+    app.add_exception_handler(Refused, _limited)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(StarletteHTTPException, _http)
+
+
+class UploadLimit:
+    """413 while the upload is still arriving, so an oversize body is never fully received."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        too_big = RegistryError(413, f"upload exceeds {self.limit} bytes", "too_large", "adapter_model")
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await error_response(413, too_big.message, too_big.code, too_big.param)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise too_big
+            return msg
+
+        await self.app(scope, limited, send)
