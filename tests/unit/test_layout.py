@@ -19,15 +19,12 @@ SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "main.py
 
 # Still over the bounds; each entry is work left, and the test fails when one grows or reappears.
 LONG_MODULES: dict[str, int] = {
-    "services/registry/catalog.py": 441,
-    "services/registry/validate.py": 468,
     "shared/devstack/models/build.py": 620,
     "shared/runtime/config.py": 930,
 }
 LONG_FUNCTIONS: dict[str, int] = {
     "services/cache/main.py:api": 104,
     "services/cache/main.py:build": 195,
-    "services/registry/api.py:create_app": 146,
     "services/reward/main.py:build": 81,
     "services/router/main.py:build": 94,
     "services/router/policy.py:choose_pool": 81,
