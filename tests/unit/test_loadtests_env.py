@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtests.harness.stack import stack_env
-from loadtests.lora import Stack
+from loadtests.lora_stack import Stack
 
 
 def test_stack_env_takes_the_callers_settings_over_its_defaults(tmp_path: Path) -> None:

@@ -121,3 +121,46 @@ def test_multimodal_measures_the_stage_against_a_plain_decode(
     }
     row = result["images"][0]
     assert row["stored_bytes"] > 0 and row["ratio_vs_plain_decode"] > 0 and row["preprocess"]["n"] == 3
+
+
+def test_lora_scaling_reads_its_target_on_one_worker_and_the_engine_floor_beside_it() -> None:
+    from loadtests.lora import summarize
+
+    def stack(workers: int, tps: dict[str, float]) -> dict[str, Any]:
+        cold = {
+            "adapter_load_ms": 30.0,
+            "downloaded": True,
+            "cold_request_ms": 90.0,
+            "warm_request_p50_ms": 20.0,
+        }
+        per_worker = {"w1": 1, "w2": 1}
+        wls = {
+            wl: {
+                "tokens_per_s": v,
+                "ratio_to_run_base": round(v / tps["base"], 3),
+                "requests_per_worker": per_worker,
+            }
+            for wl, v in tps.items()
+        }
+        return {"workers": workers, "workloads": wls, "cold_load": cold}
+
+    sixteen = {"16-uniform": 850.0, "16-zipf": 790.0}
+    runs = {
+        "one-worker": stack(1, {"base": 1000.0, **sixteen}),
+        "one-worker-lora-off": stack(1, {"base": 1100.0}),
+        "affinity-on": stack(2, {"base": 900.0, **sixteen}),
+        "affinity-off": stack(2, {"base": 900.0, **sixteen}),
+    }
+    floor_on = {
+        "lora": True,
+        "max_loras": 4,
+        "base": {"tokens_per_s": 1200.0},
+        "zero-adapter": {"tokens_per_s": 1000.0},
+    }
+    floor_on |= {"16-uniform": {"tokens_per_s": 900.0}, "16-zipf": {"tokens_per_s": 800.0}}
+    s = summarize(runs, {"base": {"tokens_per_s": 1250.0}}, floor_on)
+    assert s["target"]["uniform"] == 0.85 and s["target"]["zipf"] == 0.79 and not s["target"]["met"]
+    assert s["lora_cost_on_base"] == round(1000 / 1100, 3) and s["affinity_comparison_meaningful"]
+    assert s["engine_floor_16_adapter_ratios"]["16-uniform"]["vs_base_through_zero_adapter"] == 0.9
+    assert s["engine_floor_tokens_per_s"]["lora-off"] == {"base": 1250.0}
+    assert s["cold_load"]["affinity-on"]["adapter_load_ms"] == 30.0 and "note" not in s
