@@ -65,7 +65,6 @@ SPEC = [
 async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
     from switchyard.v1.envelope_pb2 import Choice, RewardFunction
 
-    from services.reward.groups import build_records
     from services.reward.scoring import Published, RewardStage
     from shared.rewards import Sample, SpecItem, default_functions, score_group
     from shared.runtime.envelope import Envelope, Kind
@@ -112,7 +111,6 @@ async def scoring_throughput(samples: int, group: int = 8) -> dict[str, Any]:
         stage.published_ok(out)
         records += sum(len(e.SerializeToString()) > 0 for e in out.all)
     stage_wall = time.perf_counter() - t0
-    _ = build_records  # the stage path above includes it
     n = len(groups) * group
     return {
         "samples": n,

@@ -164,3 +164,14 @@ def test_lora_scaling_reads_its_target_on_one_worker_and_the_engine_floor_beside
     assert s["engine_floor_16_adapter_ratios"]["16-uniform"]["vs_base_through_zero_adapter"] == 0.9
     assert s["engine_floor_tokens_per_s"]["lora-off"] == {"base": 1250.0}
     assert s["cold_load"]["affinity-on"]["adapter_load_ms"] == 30.0 and "note" not in s
+
+
+def test_the_in_process_parts_run_on_small_workloads() -> None:
+    """rollouts' reward scoring (the reward stage, no Kafka) and pools' choose_pool timing."""
+    from loadtests.pools import choose_pool_overhead
+    from loadtests.rollouts import scoring_throughput
+
+    scoring = asyncio.run(scoring_throughput(160))
+    assert scoring["samples"] == 160 and scoring["records_out"] > 160 and scoring["stage_samples_per_s"] > 0
+    timing = choose_pool_overhead(200)
+    assert timing["decisions"] == 200 and timing["workers"] == 64 and timing["p99_us"] >= timing["p50_us"]
