@@ -21,8 +21,9 @@ from pathlib import Path
 from switchyard.v1.envelope_pb2 import ChatMessage, Request
 
 from shared.devstack.embedded.kafka import EmbeddedKafka
-from shared.runtime.bus import OutRecord, Producer, StageConsumer, sent_ns
+from shared.runtime.bus import OutRecord, Producer, sent_ns
 from shared.runtime.config import load_settings
+from shared.runtime.consumer import StageConsumer
 from shared.runtime.envelope import Envelope, Kind, encode
 from shared.runtime.kafka_admin import create_topics
 from shared.runtime.procs import free_port, stop_process
