@@ -1,6 +1,6 @@
 """The cache stage's logic: lookup (exact, then semantic + verifier), write-back, invalidation.
 
-No Kafka here: main.py feeds it envelopes. Milvus calls are blocking gRPC and run in threads.
+No Kafka here: stage.py feeds it envelopes. Milvus calls are blocking gRPC and run in threads.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class SemanticCache:
             self.stats.lookup_ms.append((time.perf_counter() - t_start) * 1000)
 
     async def peek(self, env: Envelope, at_ms: int | None = None) -> Outcome:
-        """The gateway's peek (main.py): the request's whole lookup, asked over HTTP before the
+        """The gateway's peek (api.py): the request's whole lookup, asked over HTTP before the
         request is produced. It is the request's lookup in the stats (a hit within the gateway's
         hold never reaches the stage); the stage takes its outcome instead of looking again."""
         self.stats.peeks += 1

@@ -6,7 +6,6 @@ how a failed-over request leaves. The decision itself is policy.py, over workers
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -105,12 +104,3 @@ class RouterStage:
                 continue
             self.pending.add(tenant, rid, env.pool, encode(env), failovers=item.failovers + 1)
             log.info("failed over", request_id=rid, from_pool=pool, to=env.pool or None)
-
-    async def run_failover(self, stop: asyncio.Event) -> None:
-        """`failover` every `failover_period_s` until stopped."""
-        while not stop.is_set():
-            await self.failover()
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.failover_period_s)
-            except TimeoutError:
-                pass

@@ -484,56 +484,39 @@ async def test_milvus_going_away_is_dependency_unavailable_and_write_back_waits(
             env.response.choices.add(index=0, text="4", finish_reason="stop")
             with pytest.raises(DependencyUnavailable):
                 await cache.write_back(env)
-            with pytest.raises(DependencyUnavailable):  # the stage serves this as a miss (main.py)
+            with pytest.raises(DependencyUnavailable):  # the stage serves this as a miss (stage.py)
                 await cache.lookup(chat(request_id="r2"))
         finally:
             store.close()
 
 
-async def test_cache_stage_lookup_is_a_miss_but_write_back_waits(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """The cache stage's own handlers (services/cache/main.py) with Milvus gone: a lookup is still
+async def test_cache_stage_lookup_is_a_miss_but_write_back_waits(tmp_path: Path) -> None:
+    """The cache stage's own handlers (services/cache/stage.py) with Milvus gone: a lookup is still
     served as a miss (the cache is an optimisation), the write-back raises DependencyUnavailable
-    for the bus to wait on instead of logging and dropping the entry. Only the Kafka wiring is
-    replaced, to reach the handlers."""
-    import services.cache.main as cache_main
+    for the bus to wait on instead of logging and dropping the entry."""
     from services.cache.embed import BatchingEmbedder
     from services.cache.lookup import SemanticCache
     from services.cache.policy import CachePolicy
+    from services.cache.stage import CacheStage
     from services.cache.store import CacheStore
-    from shared.runtime.health import Health
+    from shared.runtime.storage import open_store
 
-    handlers: dict[str, Any] = {}
-    states: list[dict[str, Any]] = []
-    real_api = cache_main.api
-
-    def consumer(stage: str, source: str, handle: Any, *args: Any, **kw: Any) -> Any:
-        handlers[stage] = handle
-        return handle
-
-    def api(settings: Any, state: dict[str, Any], *args: Any, **kw: Any) -> Any:
-        states.append(state)
-        return real_api(settings, state, *args, **kw)
-
-    monkeypatch.setattr(cache_main, "envelope_consumer", consumer)
-    monkeypatch.setattr(cache_main, "api", api)
     with grpc_server(milvus_handlers()) as (url, srv):
         settings = load_settings(
             milvus_uri=f"http://{url}", cache_enabled=True, var_dir=tmp_path, s3_endpoint=None
         )
-        await cache_main.build(settings, None, Health("cache"))  # type: ignore[arg-type]
+        stage = CacheStage(settings, open_store(settings))
         store = CacheStore(f"http://{url}", timeout_s=2.0)
         srv.stop(None)
         embedder = BatchingEmbedder(lambda texts: np.zeros((len(texts), 384), dtype=np.float32))
-        states[0]["c"] = SemanticCache(store, embedder, CachePolicy())
+        stage.cache = SemanticCache(store, embedder, CachePolicy())
         try:
-            out = await handlers["cache"](chat())
+            out = await stage.handle(chat())
             assert [e.topic for e in out] == [settings.topic("routing")]
             served = chat()
             served.response.choices.add(index=0, text="4", finish_reason="stop")
             with pytest.raises(DependencyUnavailable) as ei:
-                await handlers["cache_writeback"](served)
+                await stage.write_back(served)
             assert ei.value.dependency == "milvus"
         finally:
             store.close()

@@ -580,3 +580,40 @@ def test_gateway_rollout_wait_returns_when_the_last_record_is_stored(tmp_path: P
         assert 0.35 <= waited < 2, waited  # woke on the record that completed it, not on the first
 
     asyncio.run(main())
+
+
+def test_reward_handler_waits_for_sy_rewards_and_skips_what_it_read(tmp_path: Path) -> None:
+    """RewardHandler (services/reward/stage.py): nothing is handled before sy.rewards was read to
+    its end; a group read back from it is not published again; a dead group completes once."""
+    from types import SimpleNamespace
+
+    from switchyard.v1.events_pb2 import DeadLetter
+
+    from services.reward.stage import RewardHandler
+    from shared.runtime.config import load_settings
+    from shared.runtime.envelope import encode
+
+    def record(env: Envelope) -> SimpleNamespace:
+        return SimpleNamespace(value=encode(env), headers=[])
+
+    async def main() -> None:
+        registry = SimpleNamespace(resolve=None, aclose=None)
+        handler = RewardHandler(load_settings(var_dir=tmp_path), registry)  # type: ignore[arg-type]
+        handler.stage = RewardStage(FNS, await _alias_at(2), handler.published)
+        groups = fan_out(job(), 100, FNS)
+        env = answered(groups[0], ["3", "4", "5"])
+        pending = asyncio.create_task(handler.handle(env))
+        await asyncio.sleep(0.05)
+        assert not pending.done()  # waits for the dedupe set
+        earlier = await RewardStage(FNS, await _alias_at(2), Published()).handle(env)
+        assert earlier is not None and not isinstance(earlier, Envelope)
+        handler.on_rewards([record(e) for e in earlier.all])  # what a previous run published
+        handler.caught_up.set()  # the follower's, at the end of sy.rewards
+        assert await pending == [] and handler.caught_up.is_set()
+
+        dead = record(groups[1])
+        [out] = handler.on_dead(dead, DeadLetter(error_code="internal", reason="boom"))  # type: ignore[arg-type]
+        assert out.topic == handler.rewards
+        assert handler.on_dead(dead, DeadLetter(error_code="internal", reason="boom")) == []  # type: ignore[arg-type]
+
+    asyncio.run(main())
