@@ -19,27 +19,14 @@ SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "main.py
 
 # Still over the bounds; each entry is work left, and the test fails when one grows or reappears.
 LONG_MODULES: dict[str, int] = {
-    "services/gateway/api.py": 646,
-    "services/gateway/rollouts.py": 612,
-    "services/registry/catalog.py": 441,
-    "services/registry/validate.py": 468,
     "shared/devstack/models/build.py": 620,
     "shared/runtime/config.py": 930,
-    "shared/runtime/storage.py": 597,
 }
 LONG_FUNCTIONS: dict[str, int] = {
-    "services/gateway/api.py:_run": 99,
-    "services/gateway/api.py:_sse": 87,
-    "services/gateway/api.py:create_app": 478,
-    "services/gateway/batches.py:batch_router": 162,
-    "services/gateway/main.py:build": 158,
-    "services/gateway/rollouts.py:rollout_router": 109,
-    "services/registry/api.py:create_app": 146,
     "shared/devstack/profiling/report.py:analyse": 81,
     "shared/devstack/profiling/report.py:plots": 90,
 }
 LONG_MAINS: dict[str, int] = {
-    "gateway": 214,
 }
 
 
