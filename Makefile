@@ -52,12 +52,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Regenerate the protobuf Python code, the AsyncAPI document and the README settings table
+# Regenerate the protobuf Python code, the AsyncAPI document and docs/configuration.md
 # (all committed; tests fail when any is stale).
 proto: $(STAMP)
 	$(BIN)/python -m shared.devstack.protogen
 	$(BIN)/python -m shared.devstack.asyncapi
-	$(BIN)/python -m shared.runtime.config --readme
+	$(BIN)/python -m shared.runtime.config --docs
 
 clean:
 	rm -rf var/run var/bench

@@ -157,7 +157,7 @@ def fields_read(service: str) -> frozenset[str]:
     fields = set(Settings.model_fields)
     names: set[str] = set()
     for path in import_closure(service):
-        if path.name == "config.py" and path.parent.name == "runtime":
+        if path.parent.name == "config" and path.parent.parent.name == "runtime":
             continue
         for attr in re.findall(r"\.([a-z_][a-z0-9_]*)\b", path.read_text()):
             if attr in fields:
