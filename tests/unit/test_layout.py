@@ -19,11 +19,8 @@ SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "main.py
 
 # Still over the bounds; each entry is work left, and the test fails when one grows or reappears.
 LONG_MODULES: dict[str, int] = {
-    "shared/devstack/models/build.py": 620,
 }
 LONG_FUNCTIONS: dict[str, int] = {
-    "shared/devstack/profiling/report.py:analyse": 81,
-    "shared/devstack/profiling/report.py:plots": 90,
 }
 LONG_MAINS: dict[str, int] = {
 }
