@@ -24,6 +24,7 @@ RUN pip install --no-deps . && pip install \
     "opentelemetry-sdk>=1.30,<2" \
     "opentelemetry-exporter-otlp-proto-http>=1.30,<2" \
     "prometheus-client>=0.21,<1" \
+    "fastapi-offline==1.7.7" \
     "nvidia-ml-py>=12,<14" \
     && mkdir -p /var/lib/switchyard /models
 ENTRYPOINT []
