@@ -62,7 +62,7 @@ class Hostile:
 
 
 def envelope(request_id: str, tenant: str = TENANT) -> dict[str, Any]:
-    """A valid JSON envelope for the ingest topic (the README's format)."""
+    """A valid JSON envelope for the ingest topic (docs/kafka.md, "Producing a request")."""
     return {
         "request_id": request_id,
         "tenant": tenant,

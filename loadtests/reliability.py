@@ -4,7 +4,7 @@ result), beside the soak's figures when `soak` ran first (`make bench` runs it f
 The tests are the ones `make test` runs; here they run again with SWITCHYARD_RELIABILITY_OUT set,
 so those that measure something (the crash test's per-phase counts, the poison test's dead
 letters, the shutdown test's exit time) write it down. Pass or fail comes from pytest's JUnit
-XML. Writes reliability.md (the table in the README) and reliability.json.
+XML. Writes reliability.md (the table of docs/reliability.md, "Reliability summary") and reliability.json.
 """
 
 from __future__ import annotations

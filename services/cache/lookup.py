@@ -170,7 +170,7 @@ class SemanticCache:
         its own: an entry of the same exact key has the same scope and the same embedded text, so
         the same vector (cosine 1.0), and comes back first. The separate exact query ran beside the
         embedding on the same two cores and slowed it by as much as it took (a 3 ms embedding
-        ended 5.7 ms into the lookup; lookup p99 11.7 ms at 100k entries, README), for the few
+        ended 5.7 ms into the lookup; lookup p99 11.7 ms at 100k entries, docs/cache.md), for the few
         lookups that are exact hits outside the front."""
         live = self.versions.live(env.model)
         out = Outcome(False)

@@ -29,7 +29,7 @@ def cpu_executor(setting: str, cores: int) -> str:
     Measured on the 2-core host, AsyncLLM on one core at concurrency 8: 1,188-1,236 tok/s with the
     two processes, 1,382-1,626 with the model in the engine-core process. With more cores vLLM's
     layout stays: one process was faster for rollouts with both cores to itself, far slower with
-    its second OpenMP thread on the services' core (README)."""
+    its second OpenMP thread on the services' core (docs/workers.md)."""
     if setting != "auto":
         return setting
     return "uni" if cores <= 1 else "mp"

@@ -69,7 +69,7 @@ def wanted(settings: Settings, names: list[str]) -> list[str]:
 # `switchyard up` starts one consumer per group, so more partitions buy no parallelism, and Tansu
 # pays for every partition of a fetch on every poll of its storage (offsets and a listing of the
 # partition's batches): at concurrency 8, 4 partitions cost the broker 7.4-8.1 ms of CPU per
-# request and 1 partition 4.9-6.3 (README "Topics"). Add partitions with the consumers that use them.
+# request and 1 partition 4.9-6.3 (docs/stage-rules.md). Add partitions with the consumers that use them.
 EMBEDDED_TOPIC_PARTITIONS = 1
 
 
