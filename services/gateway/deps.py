@@ -19,7 +19,6 @@ from shared.openai.protocol import ChatCompletionRequest, CompletionRequest
 from shared.prepare import prompt_texts
 from shared.runtime.admission import Admission, estimate_tokens
 from shared.runtime.auth import bearer, tenant_for_key
-from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope
 
 from .backend import Backend
@@ -102,11 +101,6 @@ class Gate:
 def gate_of(request: Request) -> Gate:
     gate: Gate = request.app.state.gate
     return gate
-
-
-def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.gate.settings
-    return settings
 
 
 async def tenant_of(request: Request, authorization: str | None = Header(default=None)) -> str:

@@ -113,7 +113,7 @@ async def test_same_async_request_id_and_idempotency_key_from_two_tenants(tmp_pa
         assert (await post(B, "Repeat: pixel", key="k-1"))["id"] == by_key[1]["id"]
         assert len(pipe.submitted) == 4
 
-        # The reply reader (gateway/main.py) records each answer under its own tenant.
+        # The reply reader (gateway/reader.py) records each answer under its own tenant.
         for env in pipe.submitted:
             reply = answer(env, asked(env).split()[-1])
             assert store.is_pending(reply.request_id, reply.tenant)
