@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from shared.runtime.admission import Admission
+from shared.runtime.api import rest_app
 from shared.runtime.config import Settings
 
 from .catalog import Catalog
@@ -16,7 +16,7 @@ from .uploads import FORM_OVERHEAD
 
 def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
     """The API over `catalog`; routes find it, the settings and the admission on app.state."""
-    app = FastAPI(
+    app = rest_app(
         title="Switchyard adapter registry",
         version="0.1.0",
         description="LoRA adapters: upload, versions, aliases, tenant visibility",
