@@ -321,7 +321,6 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "n": n,
         "max_tokens": MAX_TOKENS,
         **head,
-        "target_ratio": 0.9,
         "samples_per_s_ratio_by_job_prompts": {key: c["samples_per_s_ratio"] for key, c in per_size.items()},
         "reward_stage_samples_per_s": scoring["stage_samples_per_s"],
         "reward_functions_samples_per_s": scoring["functions_only_samples_per_s"],

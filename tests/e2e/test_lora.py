@@ -212,5 +212,5 @@ def test_heartbeats_list_resident_adapters_and_partitions(published, lora_pipeli
     )
     hb = [Heartbeat.FromString(r.value) for r in recs][-1]
     assert "beta@1" in hb.adapters and "sy-base-zero" not in " ".join(hb.adapters)
-    # One partition per topic on the embedded broker (shared/devstack/launcher.py EMBEDDED_TOPIC_PARTITIONS).
+    # One partition per topic on the embedded broker (shared/devstack/wiring.py EMBEDDED_TOPIC_PARTITIONS).
     assert sorted(hb.partitions) == [0] and hb.max_lora_rank == 8

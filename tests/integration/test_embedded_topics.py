@@ -1,5 +1,5 @@
 """`switchyard up` on the embedded broker: one partition per topic unless SY_TOPIC_PARTITIONS says
-otherwise (shared/devstack/launcher.py EMBEDDED_TOPIC_PARTITIONS: the broker pays per partition on every
+otherwise (shared/devstack/wiring.py EMBEDDED_TOPIC_PARTITIONS: the broker pays per partition on every
 poll, and the launcher starts one consumer per group), and the services are told the same."""
 
 from __future__ import annotations
