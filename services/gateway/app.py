@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from shared.batches.celery_app import make_celery
 from shared.batches.store import BatchStore
+from shared.runtime.api import rest_app
 from shared.runtime.storage import open_store
 
 from .backend import Backend
@@ -34,7 +35,7 @@ __all__ = ["Backend", "create_app"]
 
 def create_app(backend: Backend) -> FastAPI:
     s = backend.settings
-    app = FastAPI(
+    app = rest_app(
         title="Switchyard gateway",
         version="0.1.0",
         description="OpenAI-compatible API of the Switchyard pipeline",

@@ -3,7 +3,7 @@
 - concurrent streams per tenant: a slow SSE reader holds one slot, never worker capacity;
 - requests in flight in this replica: past the bound the gateway answers 503 instead of queueing
   without limit in front of a saturated pool;
-- request bodies (`BodyLimit`, around the whole app): 413 past SY_GATEWAY_MAX_BODY_BYTES.
+- request bodies (`body_limit`, around the whole app): 413 past SY_GATEWAY_MAX_BODY_BYTES.
 Rates and token budgets are counted in shared/runtime/admission.py (the `limits` library, optionally in
 Redis so replicas share them); these slots are this process's own connections.
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from shared.openai.errors import error_response
+from shared.runtime.body_limit import BodyLimit
 
 from .errors import ApiError
 
@@ -44,31 +45,12 @@ class Slots:
         return self._used.get(key, 0)
 
 
-class BodyLimit:
-    """413 for bodies over the limit, whether or not the client sent Content-Length."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await error_response(
-                "gateway", 413, f"request body exceeds {self.limit} bytes", "body_too_large"
-            )(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise ApiError(413, f"request body exceeds {self.limit} bytes", "body_too_large")
-            return msg
-
-        await self.app(scope, limited, send)
+def body_limit(app: ASGIApp, limit: int) -> BodyLimit:
+    """413 `body_too_large` past `limit` bytes, declared or received."""
+    message = f"request body exceeds {limit} bytes"
+    return BodyLimit(
+        app,
+        limit,
+        refusal=lambda: error_response("gateway", 413, message, "body_too_large"),
+        overflow=lambda: ApiError(413, message, "body_too_large"),
+    )

@@ -13,7 +13,7 @@ from shared.runtime.service import Service, run_service
 from .app import create_app
 from .backend import Backend
 from .cache_peek import CachePeek
-from .limits import BodyLimit
+from .limits import body_limit
 from .publish import Publisher
 from .reader import ReplyHandler, ReplyReader
 from .replies import ReplyRouter, ResultStore
@@ -49,7 +49,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         prepare=preparer.prepare if preparer is not None else None,
     )
     health.add_check("reply_reader", reader.ready.is_set)
-    app = BodyLimit(create_app(backend), settings.gateway_max_body_bytes)
+    app = body_limit(create_app(backend), settings.gateway_max_body_bytes)
 
     return Service(
         [],

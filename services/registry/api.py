@@ -9,7 +9,7 @@ from shared.runtime.api import rest_app
 from shared.runtime.config import Settings
 
 from .catalog import Catalog
-from .errors import UploadLimit, add_error_handlers
+from .errors import add_error_handlers, upload_limit
 from .routes import router
 from .uploads import FORM_OVERHEAD
 
@@ -26,4 +26,4 @@ def create_app(settings: Settings, catalog: Catalog) -> ASGIApp:
     app.state.admission = Admission(settings)
     add_error_handlers(app)
     app.include_router(router)
-    return UploadLimit(app, settings.adapter_max_bytes + FORM_OVERHEAD)
+    return upload_limit(app, settings.adapter_max_bytes + FORM_OVERHEAD)

@@ -9,10 +9,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from shared.openai.errors import error_response as openai_error
 from shared.runtime.admission import Refused
+from shared.runtime.body_limit import BodyLimit
 
 from .names import RegistryError
 
@@ -82,30 +83,13 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http)
 
 
-class UploadLimit:
+def upload_limit(app: ASGIApp, limit: int) -> BodyLimit:
     """413 while the upload is still arriving, so an oversize body is never fully received."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        too_big = RegistryError(413, f"upload exceeds {self.limit} bytes", "too_large", "adapter_model")
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await error_response(413, too_big.message, too_big.code, too_big.param)(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise too_big
-            return msg
-
-        await self.app(scope, limited, send)
+    too_big = RegistryError(413, f"upload exceeds {limit} bytes", "too_large", "adapter_model")
+    return BodyLimit(
+        app,
+        limit,
+        refusal=lambda: error_response(413, too_big.message, too_big.code, too_big.param),
+        overflow=lambda: too_big,
+        methods={"POST"},
+    )
