@@ -3,7 +3,8 @@
 No Kafka and no engine here: `sampling_kwargs` and `prompt_token_ids` build what the engine
 takes; `Accumulator` turns an engine's delta outputs (vLLM's DELTA RequestOutput, or an
 `EngineStep` built by a worker whose engine is elsewhere, e.g. Triton) into StreamDelta records
-and the final Response with TTFT/ITL. Both workers' mains wire them to their engine and the bus.
+and the final Response with TTFT/ITL. The GenerationWorker (worker.py) wires them to an engine
+and the bus.
 """
 
 from __future__ import annotations
