@@ -22,7 +22,7 @@ from loadtests import (
     rollouts,
     soak,
 )
-from loadtests.harness.report import write_result
+from loadtests.harness.report import run_info, write_result
 
 SCENARIOS = {
     "bus": bus.run,
@@ -60,6 +60,7 @@ def main() -> None:
         if name == "soak" and args.soak_minutes:
             extra["duration_s"] = args.soak_minutes * 60
         result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick, **extra))
+        result["run"] = run_info(f"python -m loadtests {name}" + (" --quick" if args.quick else ""))
         path = write_result(args.out, name, result)
         print(f"{name}: wrote {path}")
         print(json.dumps(result.get("summary", result), indent=2))

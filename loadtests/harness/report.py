@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +36,27 @@ def write_result(out: Path, name: str, result: dict[str, Any]) -> Path:
     path = out / f"{name}.json"
     path.write_text(json.dumps(result, indent=2))
     return path
+
+
+def machine() -> str:
+    """The host in a few words: CPU model, cores, memory (the figures depend on it)."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal:")
+        )
+        memory = f", {mem_kib / 2**20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = ""
+    return f"{model}, {os.cpu_count()} cores{memory}, no GPU"
+
+
+def run_info(command: str) -> dict[str, str]:
+    """What the report prints under a section's title: when, where and how the figures were made."""
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(), "command": command}

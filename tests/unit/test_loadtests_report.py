@@ -65,3 +65,17 @@ def test_tables_come_from_the_result_files(tmp_path: Path) -> None:
     ):
         assert figure in page, figure
     assert "No results yet" in render(tmp_path / "none")
+
+
+def test_each_section_names_the_command_date_and_machine_of_its_run(tmp_path: Path) -> None:
+    from loadtests.harness.report import run_info
+
+    run = run_info("python -m loadtests bus --quick")
+    assert run["date"][:2] == "20" and "cores" in run["machine"]
+    (tmp_path / "bus.json").write_text(json.dumps({"summary": {"p50_ms": 1.5}, "run": run}))
+    (tmp_path / "cache.json").write_text(json.dumps({"summary": {"hits": 3}}))  # an older result: no run
+    page = render(tmp_path)
+    bus, cache = page.split("## bus")[1].split("## cache")
+    assert "`python -m loadtests bus --quick`" in bus
+    assert f"Run {run['date']} on {run['machine']}." in bus
+    assert "`python -m loadtests cache`" in cache and "Run " not in cache
