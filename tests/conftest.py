@@ -13,7 +13,7 @@ from shared.runtime.config import load_settings
 from shared.runtime.kafka_admin import create_topics
 
 # The tests point services at their own brokers and stores, which production mode would read as
-# production endpoints (shared/runtime/config.py Settings.production); they run in dev mode unless a test
+# production endpoints (shared/runtime/config/ Settings.production); they run in dev mode unless a test
 # sets SY_ENV=production itself (tests/unit/test_security_config.py).
 os.environ.setdefault("SY_ENV", "dev")
 

@@ -74,7 +74,7 @@ class CeleryWorker:
         """Start the worker, restart it within half a second of its death, stop it on `stop`."""
         self.start()
         try:
-            await every(0.5, self.restart_if_dead, stop, name="celery worker", at_once=True)
+            await every(0.5, self.restart_if_dead, stop, name="celery worker", at_once=True, fatal=True)
         finally:
             if self.proc is not None:
                 # Jobs resume from storage, so a bounded stop is enough.

@@ -30,8 +30,6 @@ from .requests.serving import AsyncRequests
 from .rollouts.router import router as rollouts_router
 from .rollouts.serving import RolloutServing
 
-__all__ = ["Backend", "create_app"]
-
 
 def create_app(backend: Backend) -> FastAPI:
     s = backend.settings

@@ -35,7 +35,9 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
 
     async def failover(stop: asyncio.Event) -> None:
         """Route again what waits on a pool that went down (every 0.2-1 s, from the start)."""
-        await every(stage.failover_period_s, stage.failover, stop, name="router failover", at_once=True)
+        await every(
+            stage.failover_period_s, stage.failover, stop, name="router failover", at_once=True, fatal=True
+        )
 
     return Service(
         [envelope_consumer("router", "routing", stage.handle, producer, settings)],

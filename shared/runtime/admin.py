@@ -2,7 +2,9 @@
 
 Every service serves its API and these on one port. Where `SY_ADMIN_AUTH` requires it (`auto`:
 in production mode), a request for an admin path must carry `Authorization: Bearer
-<SY_INTERNAL_TOKEN>`; anything else gets 401. /healthz and /readyz stay open for the probes.
+<SY_INTERNAL_TOKEN>`; anything else gets 401. /healthz and /readyz stay open for the probes, and
+so do the Swagger UI and ReDoc scripts under /static-offline-docs/ (the same files as the
+fastapi-offline wheel's: a browser fetches them without the token, and they hold no data).
 Prometheus sends the token with `authorization: {credentials_file: ...}` (deploy/prometheus.yml).
 """
 

@@ -60,7 +60,7 @@ from shared.runtime.telemetry import (
 
 log = get_logger(__name__)
 
-__all__ = ["DeadHook", "Handler", "OffsetTracker", "StageConsumer"]
+__all__ = ["OffsetTracker", "StageConsumer"]
 
 
 class OffsetTracker:

@@ -125,9 +125,9 @@ class Follower:
             max_partition_fetch_bytes=self.settings.kafka_max_request_bytes,
             client_id=f"{self.name}-{self.settings.instance_id}",
         )
-        await consumer.start()
-        self._consumer = consumer
         try:
+            await consumer.start()  # inside: a start that fails is stopped too (no unclosed client)
+            self._consumer = consumer
             tps = await self._partitions(consumer, stop)
             if stop.is_set():
                 return

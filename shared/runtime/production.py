@@ -1,7 +1,7 @@
 """Production mode refuses to serve with a secret everyone knows (issue 33).
 
 Production mode is SY_ENV=production, or SY_ENV unset with a production endpoint configured
-(shared/runtime/config.py `Settings.production`). There, a process refuses to start while a secret it holds
+(shared/runtime/config/ `Settings.production`). There, a process refuses to start while a secret it holds
 is the embedded stack's default, too short, or (API keys) stored in plain text. Each process says
 which secrets it holds (`HeldSecrets`), so the router, which holds none, is not asked for a token
 it never uses.

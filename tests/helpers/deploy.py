@@ -2,7 +2,7 @@
 
 Each check returns a list of problems (empty = fine), so the tests can also run them on broken
 samples and prove they catch what they claim to. The source of truth is the code: the services of
-shared/devstack/launcher.py and services/, Settings and DEFAULT_PORTS of shared/runtime/config.py, and the settings
+shared/devstack/launcher.py and services/, Settings and DEFAULT_PORTS of shared/runtime/config/, and the settings
 each service's code actually reads.
 """
 
@@ -402,7 +402,7 @@ def compose_service_problems(compose: Mapping[str, Any], names: list[str]) -> li
         env = _env_dict(svc.get("environment"))
         port = DEFAULT_PORTS.get(name)
         if port is None:
-            problems.append(f"compose {name}: no DEFAULT_PORTS entry in shared/runtime/config.py")
+            problems.append(f"compose {name}: no DEFAULT_PORTS entry in shared/runtime/config/")
             continue
         if env.get("SY_HEALTH_PORT") != str(port):
             problems.append(f"compose {name}: SY_HEALTH_PORT should be {port}")

@@ -72,7 +72,7 @@ def service_env(bootstrap: str, prefix: str, var_dir: Path, **extra: str) -> dic
     env = {k: v for k, v in os.environ.items() if not k.startswith("SY_")}
     env.update(
         PYTHONUNBUFFERED="1",
-        SY_ENV="dev",  # a test broker is not production (shared/runtime/config.py Settings.production)
+        SY_ENV="dev",  # a test broker is not production (shared/runtime/config/ Settings.production)
         SY_KAFKA_BOOTSTRAP=bootstrap,
         SY_TOPIC_PREFIX=prefix,
         SY_KAFKA_SESSION_TIMEOUT_MS="2000",

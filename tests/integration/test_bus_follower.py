@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -96,3 +97,17 @@ async def test_every_survives_a_failing_call() -> None:
 
     await asyncio.wait_for(every(0.01, chore, stop, name="chore"), 5)
     assert len(calls) == 3
+
+
+async def test_every_fatal_lets_the_failure_end_the_task() -> None:
+    """The router's fail-over and the batch service's Celery watch: a failure ends the service
+    (its supervisor restarts it) rather than repeating every period."""
+    calls: list[int] = []
+
+    def chore() -> None:
+        calls.append(1)
+        raise RuntimeError("broken")
+
+    with pytest.raises(RuntimeError, match="broken"):
+        await asyncio.wait_for(every(0.01, chore, asyncio.Event(), name="chore", fatal=True), 5)
+    assert len(calls) == 1

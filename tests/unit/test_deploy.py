@@ -1,7 +1,7 @@
 """The deployment files agree with the code (no Docker engine or cluster here: they are parsed).
 
 Compose, the Kubernetes manifests, Prometheus, Grafana and the Dockerfiles are checked against the
-services of shared/devstack/launcher.py, DEFAULT_PORTS and Settings in shared/runtime/config.py, and the settings each
+services of shared/devstack/launcher.py, DEFAULT_PORTS and Settings in shared/runtime/config/, and the settings each
 service's code reads. The checkers live in tests/helpers/deploy.py; the last tests run them on
 broken copies to show each one catches what it claims to.
 """
@@ -37,7 +37,7 @@ def k8s() -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
 
 def test_every_service_has_a_default_port() -> None:
     missing = [s for s in d.service_names() if s not in DEFAULT_PORTS]
-    assert not missing, f"services without a DEFAULT_PORTS entry in shared/runtime/config.py: {missing}"
+    assert not missing, f"services without a DEFAULT_PORTS entry in shared/runtime/config/: {missing}"
 
 
 # --------------------------------------------------------------------------- compose

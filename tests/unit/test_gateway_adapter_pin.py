@@ -20,7 +20,8 @@ import httpx
 from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 
 from services.cache.keys import cache_key
-from services.gateway.app import Backend, create_app
+from services.gateway.app import create_app
+from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter, ResultStore
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope

@@ -13,7 +13,8 @@ import httpx
 from pydantic import BaseModel
 from switchyard.v1.envelope_pb2 import Choice
 
-from services.gateway.app import Backend, create_app
+from services.gateway.app import create_app
+from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter, ResultStore
 from services.gateway.rollouts.protocol import Rollout
 from services.gateway.rollouts.store import RolloutStore

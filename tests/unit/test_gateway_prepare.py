@@ -16,7 +16,8 @@ import pytest
 from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from services.gateway.app import Backend, create_app
+from services.gateway.app import create_app
+from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter, ResultStore
 from shared.prepare import INLINE_CHARS, TextPreparer
 from shared.runtime.config import Settings

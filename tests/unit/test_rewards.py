@@ -563,7 +563,7 @@ def test_gateway_rollout_wait_returns_when_the_last_record_is_stored(tmp_path: P
         assert got is not None and got["status"] == "queued" and time.monotonic() - t0 >= 0.2
         assert await store.wait_done("t", "ro-missing", 5) is None  # unknown: at once
 
-        async def reader() -> None:  # what follow_rewards does: store, then notify
+        async def reader() -> None:  # what RewardsReader.on_batch does: store, then notify
             await asyncio.sleep(0.1)
             store.add_many(recs[:4])
             store.notify({("t", "ro-1")})

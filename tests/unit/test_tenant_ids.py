@@ -22,7 +22,8 @@ from switchyard.v1.envelope_pb2 import Choice
 from services.batch.collect import Collector
 from services.batch.job import BatchJob
 from services.cache.keys import entry_id
-from services.gateway.app import Backend, create_app
+from services.gateway.app import create_app
+from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter, ResultStore
 from services.gateway.requests.serving import async_result
 from services.gateway.rollouts.store import RolloutStore, store_path

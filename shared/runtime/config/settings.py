@@ -11,6 +11,7 @@ import difflib
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -92,6 +93,7 @@ class Settings(
 ):
     """Every section's fields as flat attributes; checks that span sections are here."""
 
+    title: ClassVar[str] = "All settings"
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     @model_validator(mode="after")
