@@ -43,4 +43,4 @@ async def every(
         except Exception as exc:  # noqa: BLE001 - see docstring
             if fatal:
                 raise
-            log.warning("periodic task failed", task=name, error=repr(exc))
+            log.warning("periodic task failed", task=name, error=repr(exc), exc_info=True)
