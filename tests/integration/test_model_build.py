@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from shared.devstack.models import build, tasks  # noqa: E402
+from shared.devstack.models import build, tasks, tokenizer  # noqa: E402
 
 # A smaller recipe than sy-tiny, same files and format: the test is about the build, not accuracy.
 TINY = {
@@ -84,7 +84,7 @@ def test_transformers_loads_and_generates(built: Path) -> None:
     messages = [{"role": "user", "content": "What is 2+3?"}]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == "<|bos|><|user|>What is 2+3?<|end|><|assistant|>"
-    assert text == build.render(messages, add_generation_prompt=True)
+    assert text == tokenizer.render(messages, add_generation_prompt=True)
     ids = tok(text, return_tensors="pt", add_special_tokens=False)
     assert tok.convert_ids_to_tokens(ids["input_ids"][0].tolist())[:3] == ["<|bos|>", "<|user|>", "W"]
 

@@ -43,24 +43,14 @@ import transformers
 from transformers import AutoTokenizer, GenerationConfig, LlamaForCausalLM
 
 from shared.devstack.models import tasks
-
-# The build's parts, re-exported: callers and tests name them here (build.train is patched).
-from shared.devstack.models.tokenizer import (  # noqa: F401
-    BOS,
-    CHAT_TEMPLATE,
-    END,
-    EOS,
-    PAD,
-    ROLES,
-    SPECIAL_TOKENS,
+from shared.devstack.models.tokenizer import (
     BuildError,
     check_template,
-    render,
     save_tokenizer,
     train_tokenizer,
     write_json,
 )
-from shared.devstack.models.training import bf16_supported, evaluate, model_config, train  # noqa: F401
+from shared.devstack.models.training import evaluate, model_config, train
 from shared.runtime.telemetry import get_logger
 
 log = get_logger(__name__)

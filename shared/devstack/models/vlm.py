@@ -122,7 +122,7 @@ def _vision_module() -> Any:
 
 def _examples(tok: Any, image_token: int, span: int) -> list[tuple[list[int], int]]:
     """Per (question, colour): ids with the image span after BOS, and where the answer starts."""
-    from shared.devstack.models.build import render
+    from shared.devstack.models.tokenizer import render
 
     out = []
     for q in QUESTIONS:
