@@ -51,7 +51,7 @@ def adapter_names(n: int) -> list[str]:
 
 def build_adapters(model_dir: Path, root: Path) -> dict[str, Path]:
     """16 adapters (seeds 1..16) plus one for the cold load (seed 99); rebuilt only when missing."""
-    from tests.helpers.peft_adapters import build_adapter
+    from shared.devstack.models.adapters import build_adapter
 
     out: dict[str, Path] = {}
     for seed, name in [*enumerate(adapter_names(N_ADAPTERS), start=1), (99, "cold")]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from shared.devstack.models.adapters import build_adapter
 from tests.e2e.conftest import Pipeline
-from tests.helpers.peft_adapters import build_adapter
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

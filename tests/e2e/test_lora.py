@@ -14,8 +14,9 @@ import httpx
 import openai
 import pytest
 
+from shared.devstack.models.adapters import build_adapter
 from tests.e2e.conftest import Pipeline
-from tests.helpers.peft_adapters import build_adapter, hf_greedy
+from tests.helpers.peft_adapters import hf_greedy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

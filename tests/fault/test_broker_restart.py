@@ -23,9 +23,9 @@ import httpx
 import pytest
 from switchyard.v1.events_pb2 import AdapterEvent
 
+from shared.devstack.models.adapters import build_adapter
 from tests.e2e.conftest import Pipeline
 from tests.helpers.kafka import collect, produce
-from tests.helpers.peft_adapters import build_adapter
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

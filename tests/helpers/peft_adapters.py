@@ -1,10 +1,8 @@
-"""Real peft LoRA adapters of the local base model, built in the test, and HF+PEFT references."""
+"""HF+PEFT references for LoRA adapters (the adapters themselves: shared.devstack.models.adapters)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from shared.devstack.models.adapters import build_adapter  # noqa: F401 - moved to devstack
 
 
 def hf_greedy(
