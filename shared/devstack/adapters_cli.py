@@ -16,8 +16,10 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-LOCAL_KEY = "sk-switchyard-local"  # `switchyard up`'s key when SY_API_KEYS is unset
+from shared.adapters.registry_client import ADAPTER_FILES
+from shared.runtime.production import DEFAULT_API_KEY  # `switchyard up`'s key when SY_API_KEYS is unset
+
+CONFIG_FILE, MODEL_FILE = "adapter_config.json", "adapter_model.safetensors"
 
 
 class Built(BaseModel):
@@ -63,15 +65,14 @@ def registry_url(explicit: str | None) -> str:
     """--registry, else the registry of a running `switchyard up` (its endpoints file)."""
     if explicit:
         return explicit.rstrip("/")
-    from shared.devstack.wiring import endpoints_file
+    from shared.devstack.wiring import service_url
     from shared.runtime.service import settings_or_exit
 
-    path = endpoints_file(settings_or_exit())
-    registry = json.loads(path.read_text())["services"].get("registry") if path.is_file() else None
+    registry = service_url(settings_or_exit(), "registry")
     if not registry:
         print("no registry: pass --registry or start `switchyard up`", file=sys.stderr)
         raise SystemExit(2)
-    return str(registry["url"])
+    return registry
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
@@ -80,7 +81,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
     if missing:
         print(f"{folder} lacks {', '.join(missing)}", file=sys.stderr)
         return 2
-    key = args.api_key or os.environ.get("OPENAI_API_KEY") or LOCAL_KEY
+    key = args.api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY
     data = {"name": args.name}
     if args.visibility:  # unset: private for a new adapter, unchanged for a new version
         data["visibility"] = args.visibility
@@ -88,10 +89,10 @@ def cmd_upload(args: argparse.Namespace) -> int:
         data["aliases"] = ",".join(args.alias)
     if args.base_model:
         data["base_model"] = args.base_model
-    with (folder / ADAPTER_FILES[0]).open("rb") as config, (folder / ADAPTER_FILES[1]).open("rb") as model:
+    with (folder / CONFIG_FILE).open("rb") as config, (folder / MODEL_FILE).open("rb") as model:
         files = {
-            "adapter_config": (ADAPTER_FILES[0], config, "application/json"),
-            "adapter_model": (ADAPTER_FILES[1], model, "application/octet-stream"),
+            "adapter_config": (CONFIG_FILE, config, "application/json"),
+            "adapter_model": (MODEL_FILE, model, "application/octet-stream"),
         }
         r = httpx.post(
             f"{registry_url(args.registry)}/v1/adapters",

@@ -11,20 +11,22 @@ from pathlib import Path
 
 import httpx
 
+from shared.runtime.production import DEFAULT_API_KEY
+
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 
 def _base_url(args: argparse.Namespace) -> str:
     if args.base_url:
         return args.base_url.rstrip("/")
-    from shared.devstack.launcher import endpoints_file
+    from shared.devstack.wiring import service_url
     from shared.runtime.service import settings_or_exit
 
-    path = endpoints_file(settings_or_exit())
-    if not path.is_file():
+    gateway = service_url(settings_or_exit(), "gateway")
+    if not gateway:
         print("no gateway: pass --base-url or start `switchyard up`", file=sys.stderr)
         raise SystemExit(2)
-    return json.loads(path.read_text())["services"]["gateway"]["url"] + "/v1"
+    return gateway + "/v1"
 
 
 def _check(r: httpx.Response) -> dict:
@@ -45,7 +47,7 @@ def submit(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"no such file: {path}", file=sys.stderr)
         return 2
-    key = args.api_key or os.environ.get("OPENAI_API_KEY") or "sk-switchyard-local"
+    key = args.api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY
     with httpx.Client(
         base_url=_base_url(args), headers={"Authorization": f"Bearer {key}"}, timeout=60
     ) as http:

@@ -18,7 +18,7 @@ def _with_running_broker(settings: Settings) -> Settings:
     """Use SY_KAFKA_BOOTSTRAP, else the broker a running `switchyard up` wrote down."""
     if settings.kafka_bootstrap:
         return settings
-    from shared.devstack.launcher import endpoints_file
+    from shared.devstack.wiring import endpoints_file
 
     path = endpoints_file(settings)
     if not path.is_file():
@@ -107,9 +107,9 @@ def cmd_asyncapi(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from shared.devstack.launcher import endpoints_file
     from shared.devstack.profiling import report, runner
     from shared.devstack.profiling.scenarios import SCENARIOS, Scenario
+    from shared.devstack.wiring import endpoints_file
 
     out = Path(args.out)
     if args.report_only:

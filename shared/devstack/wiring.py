@@ -10,6 +10,7 @@ launcher's process code. The endpoints file the launcher writes (var/run/endpoin
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from shared.runtime.config import Settings
 from shared.runtime.cpus import format_cpus
+from shared.runtime.production import DEFAULT_API_KEY
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,15 @@ def endpoints_file(settings: Settings) -> Path:
     return settings.var_dir / "run" / "endpoints.json"
 
 
+def service_url(settings: Settings, name: str) -> str | None:
+    """Where a running `switchyard up` put service `name`: None when none runs or it has no such service."""
+    path = endpoints_file(settings)
+    if not path.is_file():
+        return None
+    service = json.loads(path.read_text())["services"].get(name)
+    return str(service["url"]) if service else None
+
+
 class ServiceEndpoint(BaseModel):
     url: str
     pid: int | None
@@ -205,6 +216,6 @@ class Endpoints(BaseModel):
         ]
         gw = self.services.get("gateway")
         if gw:
-            keys = "set in SY_API_KEYS" if keys_set else "sk-switchyard-local"
+            keys = "set in SY_API_KEYS" if keys_set else DEFAULT_API_KEY
             lines.append(f"OpenAI API: {gw.url}/v1  (API key: {keys})")
         return [*lines, "Ctrl-C stops everything."]
