@@ -59,7 +59,8 @@ def _answer_count(prompt: str) -> str | None:
     return str(m[2].count(m[1])) if m else None
 
 
-_ANSWERS: dict[str, Callable[[str], str | None]] = {
+# Each task's answer from its prompt (None: the prompt is not of that task).
+ANSWERS: dict[str, Callable[[str], str | None]] = {
     "add": _answer_add,
     "reverse": _answer_reverse,
     "lookup": _answer_lookup,
@@ -68,15 +69,16 @@ _ANSWERS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def _known(task: str) -> None:
-    if task not in _ANSWERS:
+def check_known(task: str) -> None:
+    """Raise ValueError for a task name that is not one of TASKS."""
+    if task not in ANSWERS:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
 
 
 def answer(task: str, prompt: str) -> str:
     """The true answer, computed from the prompt alone."""
-    _known(task)
-    truth = _ANSWERS[task](prompt.strip())
+    check_known(task)
+    truth = ANSWERS[task](prompt.strip())
     if truth is None:
         raise ValueError(f"prompt is not a {task!r} prompt: {prompt!r}")
     return truth
@@ -85,7 +87,7 @@ def answer(task: str, prompt: str) -> str:
 def detect(prompt: str, tasks: Iterable[str] = TASKS) -> str | None:
     """Which task a prompt belongs to (None: not one of ours), for callers that only see the text."""
     for t in tasks:
-        if _ANSWERS[t](prompt.strip()) is not None:
+        if ANSWERS[t](prompt.strip()) is not None:
             return t
     return None
 

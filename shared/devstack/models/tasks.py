@@ -8,7 +8,7 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.rewards.tasks import _ANSWERS, TASKS, _known
+from shared.rewards.tasks import ANSWERS, TASKS, check_known
 
 _LETTERS = string.ascii_lowercase
 
@@ -67,9 +67,9 @@ _SAMPLERS: dict[str, Callable[[random.Random], str]] = {
 
 def sample(task: str, rng: random.Random) -> Example:
     """One example of `task`; the same rng state always gives the same example."""
-    _known(task)
+    check_known(task)
     prompt = _SAMPLERS[task](rng)
-    answer = _ANSWERS[task](prompt)
+    answer = ANSWERS[task](prompt)
     assert answer is not None, prompt  # every sampler's prompt must parse back
     return Example(task, prompt, answer)
 
@@ -79,6 +79,6 @@ def dataset(n: int, seed: int, tasks: Sequence[str] = TASKS) -> list[Example]:
     if not tasks:
         raise ValueError("no tasks")
     for t in tasks:
-        _known(t)
+        check_known(t)
     rng = random.Random(seed)
     return [sample(tasks[i % len(tasks)], rng) for i in range(n)]
