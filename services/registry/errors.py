@@ -85,11 +85,12 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def upload_limit(app: ASGIApp, limit: int) -> BodyLimit:
     """413 while the upload is still arriving, so an oversize body is never fully received."""
-    too_big = RegistryError(413, f"upload exceeds {limit} bytes", "too_large", "adapter_model")
-    return BodyLimit(
-        app,
-        limit,
-        refusal=lambda: error_response(413, too_big.message, too_big.code, too_big.param),
-        overflow=lambda: too_big,
-        methods={"POST"},
-    )
+
+    def too_big() -> RegistryError:  # a new one per upload: a raised exception carries its traceback
+        return RegistryError(413, f"upload exceeds {limit} bytes", "too_large", "adapter_model")
+
+    def refusal() -> JSONResponse:
+        exc = too_big()
+        return error_response(exc.status, exc.message, exc.code, exc.param)
+
+    return BodyLimit(app, limit, refusal=refusal, overflow=too_big, methods={"POST"})
