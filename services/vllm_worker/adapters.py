@@ -3,7 +3,7 @@
 The registry is the source of truth; the worker keeps recently used adapter versions on local
 disk (LRU, bounded by SY_ADAPTER_CACHE_BYTES) so the engine can load them by path. Concurrent
 requests for one version share a single download. No Kafka or HTTP here: the download itself is
-a callable the worker's main passes in (the registry client).
+a callable the generation module passes in (RegistryAdapters.fetch, through LoraManager).
 """
 
 from __future__ import annotations
