@@ -23,17 +23,18 @@ from .stage import RewardHandler, log_isolation
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     await log_isolation(settings)
-    handler = RewardHandler(settings, RegistryClient(settings))
     # sy.rewards from the start, all partitions, no group; after an error it is read again from the
     # start (the set only grows). Caught up: at the high watermark, or after 20 empty polls.
+    # The handler waits on the follower's `caught_up` and the follower feeds the handler: the
+    # callback finds `handler`, built next, when the service runs.
     rewards = Follower(
         settings,
         [settings.topic("rewards")],
         name="reward-follow",
-        on_batch=handler.on_rewards,
+        on_batch=lambda records: handler.on_rewards(records),
         fetch_wait_ms=max(settings.kafka_fetch_max_wait_ms, 20),
     )
-    handler.caught_up = rewards.caught_up
+    handler = RewardHandler(settings, RegistryClient(settings), rewards.caught_up)
     health.add_check("rewards_followed", handler.caught_up.is_set)
     consumer = StageConsumer(
         stage="reward",

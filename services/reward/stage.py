@@ -48,15 +48,15 @@ async def log_isolation(settings: Settings) -> None:
 class RewardHandler:
     """Scores rollout groups once the set of groups already on sy.rewards is known."""
 
-    def __init__(self, settings: Settings, registry: RegistryClient) -> None:
+    def __init__(self, settings: Settings, registry: RegistryClient, caught_up: asyncio.Event) -> None:
         self.registry = registry
         self.rewards = settings.topic("rewards")
         self.functions = default_functions(triton_url_of(settings))
         self.published = Published(settings.reward_dedupe_capacity)
         versions = PolicyVersions(registry.resolve, settings.reward_policy_ttl_s)
         self.stage = RewardStage(self.functions, versions, self.published)
-        # Set once sy.rewards was read to its end: main.py hands in its follower's event.
-        self.caught_up = asyncio.Event()
+        # Set once sy.rewards was read to its end: the event of main.py's follower of that topic.
+        self.caught_up = caught_up
         self._t0, self._rebuilt = time.monotonic(), False
 
     async def handle(self, env: Envelope) -> list[Emit]:

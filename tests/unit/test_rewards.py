@@ -598,7 +598,8 @@ def test_reward_handler_waits_for_sy_rewards_and_skips_what_it_read(tmp_path: Pa
 
     async def main() -> None:
         registry = SimpleNamespace(resolve=None, aclose=None)
-        handler = RewardHandler(load_settings(var_dir=tmp_path), registry)  # type: ignore[arg-type]
+        caught_up = asyncio.Event()  # the follower's, set at the end of sy.rewards
+        handler = RewardHandler(load_settings(var_dir=tmp_path), registry, caught_up)  # type: ignore[arg-type]
         handler.stage = RewardStage(FNS, await _alias_at(2), handler.published)
         groups = fan_out(job(), 100, FNS)
         env = answered(groups[0], ["3", "4", "5"])
@@ -608,7 +609,7 @@ def test_reward_handler_waits_for_sy_rewards_and_skips_what_it_read(tmp_path: Pa
         earlier = await RewardStage(FNS, await _alias_at(2), Published()).handle(env)
         assert earlier is not None and not isinstance(earlier, Envelope)
         handler.on_rewards([record(e) for e in earlier.all])  # what a previous run published
-        handler.caught_up.set()  # the follower's, at the end of sy.rewards
+        caught_up.set()
         assert await pending == [] and handler.caught_up.is_set()
 
         dead = record(groups[1])
