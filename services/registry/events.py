@@ -11,30 +11,33 @@ from shared.runtime.config import Settings
 from shared.runtime.follow import follow
 from shared.runtime.telemetry import get_logger
 
-from .catalog import Catalog
+from .catalog import Catalog, Publish
 
 log = get_logger(__name__)
 
 RETRY_S = 2.0
 
 
+def publisher(settings: Settings, producer: Producer) -> Publish:
+    """How the catalog publishes a change: one record on sy.adapters, keyed by the adapter's name."""
+    topic = settings.topic("adapters")
+
+    async def publish(ev: AdapterEvent) -> None:
+        await producer.send(OutRecord(topic=topic, key=ev.name.encode(), value=ev.SerializeToString()))
+
+    return publish
+
+
 class AdapterEvents:
-    """Publishes the catalog's changes to sy.adapters and repairs the topic when it needs it."""
+    """Repairs the catalog's sy.adapters when it needs it (the catalog publishes through `publisher`)."""
 
-    def __init__(self, settings: Settings, producer: Producer) -> None:
+    def __init__(self, settings: Settings, catalog: Catalog) -> None:
         self.settings = settings
-        self.producer = producer
         self.topic = settings.topic("adapters")
-        self.catalog: Catalog | None = None  # set once the catalog that publishes here exists
-
-    async def publish(self, ev: AdapterEvent) -> None:
-        await self.producer.send(
-            OutRecord(topic=self.topic, key=ev.name.encode(), value=ev.SerializeToString())
-        )
+        self.catalog = catalog
 
     async def resend(self, stop: asyncio.Event) -> None:
         """Start-up resync and retries of events whose publish failed."""
-        assert self.catalog is not None
         while not stop.is_set():
             await self.catalog.flush_unsent()
             try:
@@ -43,7 +46,6 @@ class AdapterEvents:
                 pass
 
     def republish(self) -> None:
-        assert self.catalog is not None
         n = self.catalog.resync_all()
         log.warning("sy.adapters lost its log (broker restart); republishing adapter state", adapters=n)
 

@@ -11,12 +11,12 @@ from shared.runtime.storage import open_store
 
 from .api import create_app
 from .catalog import Catalog
-from .events import AdapterEvents
+from .events import AdapterEvents, publisher
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
-    events = AdapterEvents(settings, producer)
-    events.catalog = catalog = Catalog(open_store(settings), events.publish)
+    catalog = Catalog(open_store(settings), publisher(settings, producer))
+    events = AdapterEvents(settings, catalog)
     await catalog.load()
     return Service([], background=[events.resend, events.watch], app=create_app(settings, catalog))
 
