@@ -153,11 +153,11 @@ class GenerationWorker:
             job = await self.engine.prepare(env)
         except Rejected as exc:
             return self.refuse(env, exc)
-        kw = job.kw
-        acc = Accumulator(kw["n"], self.worker, stage=self.engine.stage, top_logprobs=kw.get("logprobs"))
-        stream = StreamPublisher(self.producer, self.stream_topic, env, self.settings.stream_flush_ms)
         self.in_flight += 1
-        try:
+        try:  # from here on the job's release (a LoRA pin) always runs
+            kw = job.kw
+            acc = Accumulator(kw["n"], self.worker, stage=self.engine.stage, top_logprobs=kw.get("logprobs"))
+            stream = StreamPublisher(self.producer, self.stream_topic, env, self.settings.stream_flush_ms)
             # Unique per attempt: a redelivered request may reach the engine while the old one
             # runs, and per tenant: two tenants may send the same request id (DESIGN §6).
             attempt = f"{env.tenant}/{env.request_id}:{time.time_ns()}"
