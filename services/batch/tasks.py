@@ -13,7 +13,7 @@ from shared.adapters.registry_client import RegistryClient, RegistryError
 from shared.batches.celery_app import RUN_BATCH, make_celery
 from shared.batches.store import BatchStore
 from shared.runtime.bus import Producer
-from shared.runtime.config import Settings
+from shared.runtime.config import Settings, use_settings
 from shared.runtime.envelope import Envelope
 from shared.runtime.ingest_auth import ServiceSigner
 from shared.runtime.production import HeldSecrets
@@ -24,7 +24,8 @@ from shared.runtime.telemetry import configure_logging, get_logger
 
 from .job import BatchJob
 
-settings = settings_or_exit(lambda s: HeldSecrets(token=s.internal_token.get_secret_value()))
+settings = settings_or_exit(lambda s: HeldSecrets(token=s.internal_token.get_secret_value()), service="batch")
+use_settings(settings)
 configure_logging("batch-worker", settings.log_level, settings.log_format)
 app = make_celery(settings)
 log = get_logger(__name__)

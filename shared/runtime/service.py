@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 
 from shared.runtime.admin import AdminGuard
 from shared.runtime.bus import Producer
-from shared.runtime.config import ConfigError, Settings, load_settings
+from shared.runtime.config import ConfigError, Settings, load_settings, use_settings
 from shared.runtime.consumer import StageConsumer
 from shared.runtime.health import Health, HttpServer, health_app
 from shared.runtime.production import HeldSecrets, refuse_unsafe_production
@@ -54,11 +54,12 @@ Builder = Callable[[Settings, Producer, Health], Awaitable[Service]]
 SecretsOf = Callable[[Settings], HeldSecrets]
 
 
-def settings_or_exit(secrets: SecretsOf | None = None) -> Settings:
-    """The settings, or exit 2 with the reason. `secrets`: what a serving process holds, which
-    production mode refuses when a default, too short or in plain text (shared/runtime/production.py)."""
+def settings_or_exit(secrets: SecretsOf | None = None, service: str | None = None) -> Settings:
+    """The settings (`service`: that service's sections only), or exit 2 with the reason.
+    `secrets`: what a serving process holds, which production mode refuses when a default, too
+    short or in plain text (shared/runtime/production.py)."""
     try:
-        settings = load_settings()
+        settings = load_settings(service)
         if secrets is not None:
             refuse_unsafe_production(settings, secrets(settings))
         return settings
@@ -128,7 +129,8 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
 def run_service(name: str, build: Builder, secrets: SecretsOf) -> None:
     """Entry point of a stage service process; `secrets`: the ones it holds, which production
     mode checks (shared/runtime/production.py)."""
-    settings = settings_or_exit(secrets)
+    settings = settings_or_exit(secrets, service=name)
+    use_settings(settings)
     configure_logging(name, settings.log_level, settings.log_format, settings.log_redact_prompts)
     configure_tracing(name, settings.trace_file, settings.trace_sample_ratio)
     register_gpu_metrics()

@@ -6,12 +6,14 @@ fields stay flat attributes and variables; docs/configuration.md has one table p
 
 from shared.runtime.config.base import DEFAULT_PORTS, ENV_PREFIX, ConfigError, Section
 from shared.runtime.config.pools import PoolConfig
+from shared.runtime.config.services import SERVICE_SECTIONS, for_service, sections_of
 from shared.runtime.config.settings import (
     SECTIONS,
     Settings,
     get_settings,
     known_env_vars,
     load_settings,
+    use_settings,
 )
 
 __all__ = [
@@ -25,4 +27,8 @@ __all__ = [
     "get_settings",
     "known_env_vars",
     "load_settings",
+    "use_settings",
+    "SERVICE_SECTIONS",
+    "for_service",
+    "sections_of",
 ]

@@ -10,28 +10,29 @@ from __future__ import annotations
 import difflib
 import os
 from functools import lru_cache
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from shared.runtime.config.base import DEFAULT_PORTS, ENV_PREFIX, ConfigError, Section
+from shared.runtime.config.base import ENV_PREFIX, ConfigError, Section
 from shared.runtime.config.batch import BatchSettings
 from shared.runtime.config.cache import CacheSettings
 from shared.runtime.config.cpus import CpuSettings
+from shared.runtime.config.derived import Derived
 from shared.runtime.config.gateway import GatewaySettings
 from shared.runtime.config.kafka import KafkaSettings
 from shared.runtime.config.launcher import LauncherSettings
 from shared.runtime.config.limits import TenantLimitsSettings
 from shared.runtime.config.media import MediaSettings
-from shared.runtime.config.pools import PoolConfig, PoolSettings
+from shared.runtime.config.pools import PoolSettings
 from shared.runtime.config.process import ProcessSettings
 from shared.runtime.config.registry import RegistrySettings
 from shared.runtime.config.rewards import RewardSettings
 from shared.runtime.config.router import RouterSettings
 from shared.runtime.config.sandbox import SandboxSettings
 from shared.runtime.config.security import SecuritySettings
+from shared.runtime.config.services import for_service
 from shared.runtime.config.stage import StageSettings
 from shared.runtime.config.storage import StorageSettings
 from shared.runtime.config.telemetry import TelemetrySettings
@@ -66,6 +67,7 @@ SECTIONS: tuple[type[Section], ...] = (
 
 
 class Settings(
+    Derived,
     # Last section first: pydantic orders fields from the last base to the first, so the
     # fields (and SY_* errors) come in the order of SECTIONS.
     BatchSettings,
@@ -91,7 +93,8 @@ class Settings(
     KafkaSettings,
     BaseSettings,
 ):
-    """Every section's fields as flat attributes; checks that span sections are here."""
+    """Every section's fields as flat attributes; checks that span sections are here. A service
+    process receives only its sections (`for_service`, shared/runtime/config/services.py)."""
 
     title: ClassVar[str] = "All settings"
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
@@ -107,64 +110,6 @@ class Settings(
         if self.max_record_bytes > self.kafka_max_request_bytes:
             raise ValueError("SY_MAX_RECORD_BYTES cannot exceed SY_KAFKA_MAX_REQUEST_BYTES")
         return self
-
-    @property
-    def production(self) -> bool:
-        """Production mode: SY_ENV=production, or unset with a production endpoint configured."""
-        if self.env is not None:
-            return self.env == "production"
-        return any((self.kafka_bootstrap, self.milvus_uri, self.s3_endpoint))
-
-    @property
-    def admin_auth_required(self) -> bool:
-        if self.admin_auth == "auto":
-            return self.production
-        return self.admin_auth == "required"
-
-    @property
-    def ingest_auth_required(self) -> bool:
-        if self.kafka_ingest_auth == "auto":
-            return self.production
-        return self.kafka_ingest_auth == "required"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.models_dir or self.var_dir / "models"
-
-    def topic(self, name: str) -> str:
-        return f"{self.topic_prefix}{name}"
-
-    def health_port_for(self, service: str) -> int:
-        return self.health_port if self.health_port is not None else DEFAULT_PORTS.get(service, 0)
-
-    @property
-    def object_dir(self) -> Path:
-        return self.storage_dir or self.var_dir / "objects"
-
-    @property
-    def state_path(self) -> Path:
-        return self.state_dir or self.var_dir / "state"
-
-    @property
-    def adapter_cache_path(self) -> Path:
-        return self.adapter_cache_dir or self.var_dir / "adapter-cache"
-
-    @property
-    def engine_trace_dir(self) -> Path:
-        return self.var_dir / "engine-traces"
-
-    def model_path(self) -> str:
-        return self.vllm_model_path or str(self.model_dir / self.vllm_model)
-
-    @property
-    def router_stale_s(self) -> float:
-        return self.router_stale_after_s or 3 * self.heartbeat_interval_s
-
-    def pool(self, name: str) -> PoolConfig:
-        for p in self.pools:
-            if p.name == name:
-                return p
-        raise KeyError(name)
 
 
 def known_env_vars() -> list[str]:
@@ -183,11 +128,14 @@ def _check_unknown(environ: dict[str, str]) -> None:
     raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines))
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Read and validate the settings from the environment; raise ConfigError, one line per problem."""
+def load_settings(service: str | None = None, **overrides: object) -> Settings:
+    """Read and validate the settings from the environment; raise ConfigError, one line per problem.
+    With `service`, the result holds that service's sections only (services.py: `for_service`)."""
     _check_unknown(dict(os.environ))
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        full = Settings(**overrides)  # type: ignore[arg-type]
+        # Typed as Settings for the code that reads it; at run time only the service's fields.
+        return full if service is None else for_service(full, service)  # type: ignore[return-value]
     except SettingsError as exc:
         # Raised before validation when a complex value (e.g. SY_POOLS) is not JSON.
         field = str(exc).split('"')[1] if '"' in str(exc) else "settings"
@@ -208,7 +156,22 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError("invalid Switchyard configuration:\n" + "\n".join(lines)) from None
 
 
+_process: list[Settings] = []  # a service process's own settings, once run_service has them
+
+
+def use_settings(settings: Settings) -> None:
+    """Make `settings` what get_settings answers in this process (run_service's service view)."""
+    _process[:] = [settings]
+
+
 @lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The process-wide settings, read once."""
+def _all_settings() -> Settings:
     return load_settings()
+
+
+def get_settings() -> Settings:
+    """The process-wide settings: the service's own in a service process, else all, read once."""
+    return _process[0] if _process else _all_settings()
+
+
+get_settings.cache_clear = _all_settings.cache_clear  # type: ignore[attr-defined]
