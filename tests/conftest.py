@@ -38,6 +38,7 @@ def prefix(request: pytest.FixtureRequest) -> str:
 def topics(broker: EmbeddedKafka, prefix: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Create this test's topics on the broker; returns the prefix."""
     monkeypatch.setenv("SY_KAFKA_BOOTSTRAP", broker.bootstrap)
+    monkeypatch.setenv("SY_KAFKA_EMBEDDED", "true")
     monkeypatch.setenv("SY_TOPIC_PREFIX", prefix)
     asyncio.run(create_topics(load_settings()))
     return prefix

@@ -121,6 +121,7 @@ def _embedded(value: str) -> Callable[[Stack], str | None]:
 ENV: tuple[Var, ...] = (
     Var("PYTHONUNBUFFERED", lambda st: "1"),
     Var("SY_KAFKA_BOOTSTRAP", lambda st: st.bootstrap),
+    Var("SY_KAFKA_EMBEDDED", _embedded("true")),
     # The children see the embedded parts' addresses as set endpoints: tell them which mode
     # the user's own settings mean (dev unless they named a production endpoint or SY_ENV).
     Var("SY_ENV", lambda st: "production" if st.settings.production else "dev"),

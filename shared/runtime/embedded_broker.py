@@ -5,12 +5,9 @@ may not report end offsets right, and its fetch time grows with the batches a pa
 These helpers read aiokafka's per-partition state (`_subscription`, `_fetcher`) to cope; where an
 aiokafka lacks those internals they do nothing.
 
-They are applied whatever the broker: the client cannot tell the embedded broker from Apache
-Kafka without a probe of its own (the settings do not say: the launcher passes the embedded
-broker's address as SY_KAFKA_BOOTSTRAP like any other), and on Apache Kafka their conditions never
-hold (its high watermark never falls behind a reader's position, and a fetch with records waiting
-returns them), so there they cost a comparison per poll and change nothing. The idle fetch-wait
-back-off of FetchWaitGuard is wanted on both brokers.
+The reset-log rewind runs only when SY_KAFKA_EMBEDDED is true, which the launcher sets when it
+starts the embedded broker; on Apache Kafka a high watermark never falls behind a reader's
+position. The idle fetch-wait back-off of FetchWaitGuard is wanted on both brokers and always runs.
 """
 
 from __future__ import annotations

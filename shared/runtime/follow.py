@@ -177,7 +177,7 @@ class Follower:
             batch = await consumer.getmany(timeout_ms=self.poll_ms)
             if self.guard is not None:
                 self.guard.observe(bool(batch))
-            rewound = rewind_reset_logs(consumer, self.name)
+            rewound = rewind_reset_logs(consumer, self.name) if self.settings.kafka_embedded else []
             if rewound and self.on_reset is not None:
                 await _call(self.on_reset, rewound)
             await _call(self.on_batch, [rec for records in batch.values() for rec in records])

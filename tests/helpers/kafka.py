@@ -74,6 +74,7 @@ def service_env(bootstrap: str, prefix: str, var_dir: Path, **extra: str) -> dic
         PYTHONUNBUFFERED="1",
         SY_ENV="dev",  # a test broker is not production (shared/runtime/config/ Settings.production)
         SY_KAFKA_BOOTSTRAP=bootstrap,
+        SY_KAFKA_EMBEDDED="true",  # the test broker is the embedded Tansu
         SY_TOPIC_PREFIX=prefix,
         SY_KAFKA_SESSION_TIMEOUT_MS="2000",
         SY_KAFKA_HEARTBEAT_INTERVAL_MS="500",

@@ -18,6 +18,11 @@ class KafkaSettings(Section):
         default=None, description="Kafka bootstrap servers; unset = the launcher starts the embedded broker"
     )
     kafka_port: int | None = Field(default=None, ge=1, le=65535, description="Port of the embedded broker")
+    kafka_embedded: bool = Field(
+        default=False,
+        description="The broker is the embedded Tansu (the launcher sets it): turns on the workarounds for a "
+        "broker that restarts empty (shared/runtime/embedded_broker.py)",
+    )
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT", description="Kafka security protocol"
     )
