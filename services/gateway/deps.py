@@ -9,11 +9,12 @@ serving code: the check and the accept run with no await between them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Generic, TypeVar, cast
 
 from fastapi import Depends, Header, Request
+from pydantic import BaseModel
 
 from shared.openai.protocol import ChatCompletionRequest, CompletionRequest
 from shared.prepare import prompt_texts
@@ -98,9 +99,17 @@ class Gate:
         await self.admission.tokens(env.tenant, prompt + gen * max(1, sampling.n))
 
 
+T = TypeVar("T")
+
+
+def state_of(request: Request, name: str, kind: type[T]) -> T:
+    """`app.state.<name>` as the `kind` create_app put there: the routes' one typed way to the
+    objects they serve from (app.state itself is untyped)."""
+    return cast(T, getattr(request.app.state, name))
+
+
 def gate_of(request: Request) -> Gate:
-    gate: Gate = request.app.state.gate
-    return gate
+    return state_of(request, "gate", Gate)
 
 
 async def tenant_of(request: Request, authorization: str | None = Header(default=None)) -> str:
@@ -109,6 +118,23 @@ async def tenant_of(request: Request, authorization: str | None = Header(default
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
+
+B = TypeVar("B", bound=BaseModel)
+
+
+def ready_after_body(model: type[B]) -> Callable[..., Awaitable[tuple[B, str]]]:
+    """A dependency answering (body, tenant): authenticated (401), the body a valid `model` (400),
+    then this replica ready (503). FastAPI solves a route's dependencies before its body, so a
+    plain readiness dependency would answer 503 to a body that can never pass; this one takes
+    the body itself, which FastAPI validates before calling it."""
+
+    async def admit(body: B, request: Request, tenant: Tenant) -> tuple[B, str]:
+        gate_of(request).check_ready()
+        return body, tenant
+
+    admit.__annotations__["body"] = model  # what FastAPI reads the body's schema from
+    return admit
+
 
 R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
 

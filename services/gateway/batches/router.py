@@ -7,15 +7,14 @@ from fastapi.responses import JSONResponse
 
 from shared.openai.protocol import Batch, BatchList, CreateBatch
 
-from ..deps import Tenant
+from ..deps import Tenant, state_of
 from .serving import BatchServing
 
 router = APIRouter()
 
 
 def serving_of(request: Request) -> BatchServing:
-    serving: BatchServing = request.app.state.batches
-    return serving
+    return state_of(request, "batches", BatchServing)
 
 
 @router.post("/v1/batches", response_model=Batch)

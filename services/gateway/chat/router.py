@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from shared.openai.protocol import ChatCompletion, ChatCompletionRequest, sse_responses
 
 from ..completions.serving import CompletionServing
-from ..deps import Admitted, admit_chat
+from ..deps import Admitted, admit_chat, state_of
 
 router = APIRouter()
 
@@ -22,5 +22,4 @@ async def chat_completions(
     admitted: Annotated[Admitted[ChatCompletionRequest], Depends(admit_chat)], request: Request
 ) -> Response:
     """Create a chat completion (OpenAI-compatible; `stream: true` for SSE)."""
-    serving: CompletionServing = request.app.state.completions
-    return await serving.create(admitted, request.headers)
+    return await state_of(request, "completions", CompletionServing).create(admitted, request.headers)

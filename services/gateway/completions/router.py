@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from shared.openai.protocol import Completion, CompletionRequest, sse_responses
 
-from ..deps import Admitted, admit_completion
+from ..deps import Admitted, admit_completion, state_of
 from .serving import CompletionServing
 
 router = APIRouter()
@@ -20,5 +20,4 @@ async def completions(
     admitted: Annotated[Admitted[CompletionRequest], Depends(admit_completion)], request: Request
 ) -> Response:
     """Create a text completion (OpenAI-compatible)."""
-    serving: CompletionServing = request.app.state.completions
-    return await serving.create(admitted, request.headers)
+    return await state_of(request, "completions", CompletionServing).create(admitted, request.headers)

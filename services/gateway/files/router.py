@@ -9,15 +9,14 @@ from fastapi.responses import JSONResponse, Response
 
 from shared.openai.protocol import FileDeleted, FileList, FileObject
 
-from ..deps import Tenant
+from ..deps import Tenant, state_of
 from .serving import FileServing
 
 router = APIRouter()
 
 
 def serving_of(request: Request) -> FileServing:
-    serving: FileServing = request.app.state.files
-    return serving
+    return state_of(request, "files", FileServing)
 
 
 @router.post("/v1/files", response_model=FileObject)

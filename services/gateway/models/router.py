@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from shared.openai.protocol import ModelList
 
-from ..deps import Tenant
+from ..deps import Tenant, state_of
 from .serving import ModelCatalog
 
 router = APIRouter()
@@ -16,5 +16,4 @@ router = APIRouter()
 @router.get("/v1/models", response_model=ModelList)
 async def models(request: Request, tenant: Tenant) -> JSONResponse:
     """Base models, then the adapters this tenant may use (with `parent`, as vLLM lists LoRAs)."""
-    catalog: ModelCatalog = request.app.state.models
-    return JSONResponse(await catalog.list(tenant))
+    return JSONResponse(await state_of(request, "models", ModelCatalog).list(tenant))

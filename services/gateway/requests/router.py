@@ -9,26 +9,19 @@ from fastapi.responses import JSONResponse
 
 from shared.openai.protocol import AsyncRequest, AsyncRequestStatus
 
-from ..deps import Tenant, gate_of
+from ..deps import Tenant, ready_after_body, state_of
 from .serving import AsyncRequests
 
 router = APIRouter()
 
 
-async def admit_async(body: AsyncRequest, request: Request, tenant: Tenant) -> tuple[AsyncRequest, str]:
-    """Authenticated, the body valid (400 first), then the replica ready (503)."""
-    gate_of(request).check_ready()
-    return body, tenant
-
-
 def serving_of(request: Request) -> AsyncRequests:
-    serving: AsyncRequests = request.app.state.requests
-    return serving
+    return state_of(request, "requests", AsyncRequests)
 
 
 @router.post("/v1/requests", status_code=202, response_model=AsyncRequestStatus)
 async def submit_async(
-    admitted: Annotated[tuple[AsyncRequest, str], Depends(admit_async)],
+    admitted: Annotated[tuple[AsyncRequest, str], Depends(ready_after_body(AsyncRequest))],
     request: Request,
     idempotency_key: str | None = Header(default=None),
 ) -> JSONResponse:

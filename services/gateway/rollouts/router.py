@@ -7,27 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
-from ..deps import Tenant, gate_of
+from ..deps import Tenant, ready_after_body, state_of
 from .protocol import Rollout, RolloutRequest
 from .serving import RolloutServing
 
 router = APIRouter()
 
 
-async def admit_rollout(body: RolloutRequest, request: Request, tenant: Tenant) -> tuple[RolloutRequest, str]:
-    """Authenticated, the body valid (400 first), then the replica ready (503)."""
-    gate_of(request).check_ready()
-    return body, tenant
-
-
 def serving_of(request: Request) -> RolloutServing:
-    serving: RolloutServing = request.app.state.rollouts
-    return serving
+    return state_of(request, "rollouts", RolloutServing)
 
 
 @router.post("/v1/rollouts", status_code=202, response_model=Rollout)
 async def create_rollout(
-    admitted: Annotated[tuple[RolloutRequest, str], Depends(admit_rollout)],
+    admitted: Annotated[tuple[RolloutRequest, str], Depends(ready_after_body(RolloutRequest))],
     request: Request,
     idempotency_key: str | None = Header(default=None),
 ) -> JSONResponse:
