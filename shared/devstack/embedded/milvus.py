@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from shared.devstack.embedded.spawn import spawn_server
 from shared.runtime.procs import child_setup, free_port, stop_process, wait_port
 
 # Components whose gRPC listener would otherwise bind the first non-loopback address.
@@ -135,18 +136,13 @@ class EmbeddedMilvus:
             MILVUS_RUN_DIR=str(self.base_dir / "run"),  # else /run/milvus/standalone.pid
             LD_LIBRARY_PATH=f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}",
         )
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen(
+        self.proc = spawn_server(
             [str(exe), "run", "standalone"],
+            self.log_path,
+            env,
             cwd=self.base_dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            preexec_fn=child_setup(self.cpus),  # Go sizes GOMAXPROCS from the mask at start
+            setup=child_setup(self.cpus),  # Go sizes GOMAXPROCS from the mask at start
         )
-        log.close()
         if not self.wait_healthy(timeout_s):
             self.stop()
             raise RuntimeError(f"embedded Milvus did not become healthy on {self.uri}; see {self.log_path}")

@@ -23,8 +23,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from shared.devstack.embedded.spawn import spawn_server
 from shared.runtime.cpus import usable_cpus
-from shared.runtime.procs import die_with_parent, free_port, stop_process
+from shared.runtime.procs import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
 REPOSITORY = ROOT / "deploy" / "triton" / "models"
@@ -174,18 +175,7 @@ class EmbeddedTriton:
             "--allow-metrics=true",
             "--log-verbose=0",
         ]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=self.log_path.parent,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+        self.proc = spawn_server(argv, self.log_path, env, cwd=self.log_path.parent)
         if not self.wait_ready(timeout_s):
             self.stop()
             raise RuntimeError(
