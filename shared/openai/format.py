@@ -207,50 +207,27 @@ def choice_logprobs(env: Envelope, lps: Any, text_offset: int = 0) -> dict[str, 
     return chat_logprobs(lps)
 
 
-def chat_response(env: Envelope, created: int, e2e_ms: float | None = None) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-{env.request_id}",
-        "object": "chat.completion",
-        "created": created,
-        "model": reply_model(env),
-        "choices": [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": choice_logprobs(env, c.token_logprobs),
-                "finish_reason": c.finish_reason or "stop",
-            }
-            for c in env.response.choices
-        ],
-        "usage": _usage(env),
-        "switchyard": switchyard_info(env, e2e_ms),
-    }
-
-
-def completion_response(env: Envelope, created: int, e2e_ms: float | None = None) -> dict[str, Any]:
-    return {
-        "id": f"cmpl-{env.request_id}",
-        "object": "text_completion",
-        "created": created,
-        "model": reply_model(env),
-        "choices": [
-            {
-                "index": c.index,
-                "text": c.text,
-                "logprobs": choice_logprobs(env, c.token_logprobs),
-                "finish_reason": c.finish_reason or "stop",
-            }
-            for c in env.response.choices
-        ],
-        "usage": _usage(env),
-        "switchyard": switchyard_info(env, e2e_ms),
-    }
-
-
 def response_body(env: Envelope, created: int, e2e_ms: float | None = None) -> dict[str, Any]:
-    if env.kind == Kind.KIND_COMPLETION:
-        return completion_response(env, created, e2e_ms)
-    return chat_response(env, created, e2e_ms)
+    """The whole reply to a chat or completions request (by the envelope's kind): the two shapes
+    differ only in the id's prefix, the object name and where a choice's text goes."""
+    completion = env.kind == Kind.KIND_COMPLETION
+    return {
+        "id": f"{'cmpl' if completion else 'chatcmpl'}-{env.request_id}",
+        "object": "text_completion" if completion else "chat.completion",
+        "created": created,
+        "model": reply_model(env),
+        "choices": [
+            {
+                "index": c.index,
+                **({"text": c.text} if completion else {"message": {"role": "assistant", "content": c.text}}),
+                "logprobs": choice_logprobs(env, c.token_logprobs),
+                "finish_reason": c.finish_reason or "stop",
+            }
+            for c in env.response.choices
+        ],
+        "usage": _usage(env),
+        "switchyard": switchyard_info(env, e2e_ms),
+    }
 
 
 def chunk(
