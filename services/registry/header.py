@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .names import refuse
 
@@ -70,6 +71,18 @@ def check_not_pickle(head: bytes) -> None:
         )
 
 
+def json_object(raw: bytes, fail: Callable[[str], None]) -> dict[str, Any]:
+    """`raw` as a JSON object, the one parse of the uploaded JSON (safetensors header, adapter
+    config); else `fail(why)` refuses: not UTF-8 JSON, or JSON but not an object."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        fail(f"not JSON ({exc})")
+    if not isinstance(value, dict):
+        fail("not a JSON object")
+    return value
+
+
 def _corrupt(why: str) -> None:
     refuse(f"corrupt safetensors header: {why}", "corrupt_safetensors", "adapter_model", 400)
 
@@ -89,12 +102,7 @@ def read_safetensors_header(f: BinaryIO, file_size: int) -> dict[str, TensorInfo
     raw = f.read(n)
     if len(raw) != n:
         _corrupt("file ends inside the header")
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        _corrupt(f"header is not JSON ({exc})")
-    if not isinstance(header, dict):
-        _corrupt("header is not a JSON object")
+    header = json_object(raw, lambda why: _corrupt(f"header is {why}"))
     meta = header.pop("__metadata__", None)
     if meta is not None and (
         not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values())

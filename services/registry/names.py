@@ -22,27 +22,26 @@ def refuse(message: str, code: str = "invalid_adapter", param: str | None = None
     raise RegistryError(status, message, code, param)
 
 
-def check_name(name: str) -> str:
-    """Adapter names end up in object keys and topic keys: a strict charset, no traversal."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
+def _strict(value: str, pattern: re.Pattern[str], param: str, what: str, first: str) -> str:
+    """`value` in `pattern`'s charset and free of '..' (it ends up in object and topic keys), else a
+    400 naming the rule."""
+    if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value:
         refuse(
-            f"invalid adapter name {name!r}: use 1-64 of a-z 0-9 . _ - starting with a letter or digit, no '..'",
-            "invalid_name",
-            "name",
+            f"invalid {what} {value!r}: use 1-64 of a-z 0-9 . _ - starting with {first}, no '..'",
+            f"invalid_{param}",
+            param,
             400,
         )
-    return name
+    return value
+
+
+def check_name(name: str) -> str:
+    """Adapter names end up in object keys and topic keys: a strict charset, no traversal."""
+    return _strict(name, NAME_RE, "name", "adapter name", "a letter or digit")
 
 
 def check_alias(alias: str) -> str:
-    if not isinstance(alias, str) or not ALIAS_RE.fullmatch(alias) or ".." in alias:
-        refuse(
-            f"invalid alias {alias!r}: use 1-64 of a-z 0-9 . _ - starting with a letter, no '..'",
-            "invalid_alias",
-            "alias",
-            400,
-        )
-    return alias
+    return _strict(alias, ALIAS_RE, "alias", "alias", "a letter")
 
 
 def parse_ref(ref: str) -> tuple[str, int | None, str | None]:

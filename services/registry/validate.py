@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from shared.runtime.config import Settings
 
-from .header import TensorInfo, check_model_filename, read_safetensors_header
+from .header import TensorInfo, check_model_filename, json_object, read_safetensors_header
 from .names import refuse
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -80,12 +80,7 @@ def parse_adapter_config(raw: bytes) -> AdapterConfig:
             "adapter_config",
             413,
         )
-    try:
-        cfg = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        _bad_config(f"not JSON ({exc})")
-    if not isinstance(cfg, dict):
-        _bad_config("not a JSON object")
+    cfg = json_object(raw, _bad_config)
     if cfg.get("peft_type") != "LORA":
         _bad_config(f"peft_type must be 'LORA', got {cfg.get('peft_type')!r}")
     r = cfg.get("r")
