@@ -17,7 +17,7 @@ from switchyard.v1.events_pb2 import DeadLetter
 from shared.adapters.registry_client import RegistryClient
 from shared.rewards import default_functions, triton_url_of
 from shared.rewards.sandbox import isolation
-from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, header
+from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, header, rollout_envelopes
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope, Kind, Rejected, decode, set_error
 from shared.runtime.stage import Emit, out_record
@@ -91,13 +91,8 @@ class RewardHandler:
     def on_rewards(self, records: list[ConsumerRecord]) -> None:
         """Records read back from sy.rewards (a poll's, maybe none): their groups and samples are
         published. Once `caught_up` is set the dedupe set is whole; that is logged once."""
-        for rec in records:
-            try:
-                env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
-            except Rejected:
-                continue
-            if env.rollout.rollout_id:
-                self.published.add(env)
+        for env in rollout_envelopes(records):
+            self.published.add(env)
         if self.caught_up.is_set() and not self._rebuilt:
             self._rebuilt = True
             log.info(

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
 
 from shared.runtime.config import Settings
+from shared.runtime.envelope import Envelope, Rejected, decode
 from shared.runtime.telemetry import PRODUCED, get_logger
 
 log = get_logger(__name__)
@@ -50,6 +51,20 @@ def sent_ns(rec: ConsumerRecord) -> int | None:
     if rec.timestamp_type == 0 and rec.timestamp and rec.timestamp > 0:
         return int(rec.timestamp) * 1_000_000
     return None
+
+
+def rollout_envelopes(records: Iterable[ConsumerRecord]) -> list[Envelope]:
+    """The envelopes of sy.rewards records that belong to a rollout: the gateway's store and the
+    reward service's dedupe set read the topic alike. A record that does not decode is passed over."""
+    envs = []
+    for rec in records:
+        try:
+            env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+        except Rejected:
+            continue
+        if env.rollout.rollout_id:
+            envs.append(env)
+    return envs
 
 
 def client_kwargs(settings: Settings) -> dict[str, object]:

@@ -11,9 +11,8 @@ import asyncio
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.runtime.bus import CONTENT_TYPE_HEADER, header
+from shared.runtime.bus import rollout_envelopes
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Rejected, decode
 from shared.runtime.follow import Follower
 
 from .store import RolloutStore
@@ -33,14 +32,7 @@ class RewardsReader:
         )
 
     async def on_batch(self, records: list[ConsumerRecord]) -> None:
-        envs = []
-        for rec in records:
-            try:
-                env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
-            except Rejected:
-                continue
-            if env.rollout.rollout_id:
-                envs.append(env)
+        envs = rollout_envelopes(records)
         if envs:
             await asyncio.to_thread(self.store.add_many, envs)
             self.store.notify({(env.tenant, env.rollout.rollout_id) for env in envs})
