@@ -12,12 +12,36 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from switchyard.v1.envelope_pb2 import AdapterRef
+
 from shared.adapters.refs import parse_ref, ref_from_manifest
 from shared.runtime.envelope import Envelope, ErrorCode, Rejected
 from shared.runtime.telemetry import add_timing
 
 # resolve(tenant, ref) -> the registry's manifest (dict or model) or None when unknown/invisible.
 Resolve = Callable[[str, str], Awaitable[Any | None]]
+
+
+def _other_base(ref: str, pinned: AdapterRef, model: str) -> Rejected:
+    """The refusal of an adapter named with a base model it was not trained on."""
+    return Rejected(
+        ErrorCode.INVALID_REQUEST,
+        f"adapter {ref!r} is for base model {pinned.base_model!r}, not {model!r}",
+        400,
+    )
+
+
+def _set_pin(env: Envelope, pinned: AdapterRef, start: int) -> None:
+    """The pinned version onto the envelope, and the registry's time as adapter_resolve."""
+    env.adapter_ref.CopyFrom(pinned)
+    add_timing(
+        env,
+        "adapter_resolve",
+        start,
+        time.time_ns(),
+        parent="preprocess",
+        adapter=f"{pinned.name}@{pinned.version}",
+    )
 
 
 class AdapterPinner:
@@ -53,20 +77,8 @@ class AdapterPinner:
             env.model = pinned.base_model
             env.adapter = ref
         elif env.model != pinned.base_model:
-            raise Rejected(
-                ErrorCode.INVALID_REQUEST,
-                f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
-                400,
-            )
-        env.adapter_ref.CopyFrom(pinned)
-        add_timing(
-            env,
-            "adapter_resolve",
-            start,
-            time.time_ns(),
-            parent="preprocess",
-            adapter=f"{pinned.name}@{pinned.version}",
-        )
+            raise _other_base(ref, pinned, env.model)
+        _set_pin(env, pinned, start)
 
     async def _repin(self, env: Envelope) -> None:
         """A ref pinned before the record got here is trusted by nobody: any producer can write
@@ -84,19 +96,7 @@ class AdapterPinner:
             raise Rejected(ErrorCode.ADAPTER_NOT_FOUND, f"adapter {ref!r} does not exist", 404)
         pinned = ref_from_manifest(manifest, given.requested or env.adapter or ref)
         if env.model and env.model != pinned.base_model and env.model != (env.adapter or given.name):
-            raise Rejected(
-                ErrorCode.INVALID_REQUEST,
-                f"adapter {ref!r} is for base model {pinned.base_model!r}, not {env.model!r}",
-                400,
-            )
+            raise _other_base(ref, pinned, env.model)
         env.model = pinned.base_model
         env.adapter = env.adapter or pinned.requested
-        env.adapter_ref.CopyFrom(pinned)
-        add_timing(
-            env,
-            "adapter_resolve",
-            start,
-            time.time_ns(),
-            parent="preprocess",
-            adapter=f"{pinned.name}@{pinned.version}",
-        )
+        _set_pin(env, pinned, start)
