@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from shared.runtime.cpus import OFF, parse_cpus
 
@@ -43,3 +43,8 @@ def check_cpu_list(v: str | None) -> str | None:
         return v
     parse_cpus(v)  # raises with the reason
     return v
+
+
+# A settings field holding a core list: `CpuList`, or `CpuList | None` where unset is allowed.
+# One annotated type instead of a validator per section (validator names clash in `Settings`).
+CpuList = Annotated[str, AfterValidator(check_cpu_list)]
