@@ -7,28 +7,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from shared.openai.errors import error_response as openai_error
+from shared.openai.protocol import ErrorBody
 from shared.runtime.admission import Refused
 from shared.runtime.body_limit import BodyLimit
 
 from .names import RegistryError
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorBody(BaseModel):
-    """Every 4xx the registry answers, as OpenAI's clients expect it."""
-
-    error: ErrorDetail
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -141,8 +141,8 @@ class ErrorInfo(BaseModel):
     code: str | None = None
 
 
-class ErrorResponse(BaseModel):
-    """Every error the REST services answer (shared/openai/errors.py)."""
+class ErrorBody(BaseModel):
+    """Every error the REST services answer, as OpenAI's clients expect it (shared/openai/errors.py)."""
 
     error: ErrorInfo
 
