@@ -28,6 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .lexicon import WordNet, wordnet
+from .structure import Roles
+from .units import units_differ, without_units
 from .words import (
     ANTONYM_STEMS,
     CONTRACTION,
@@ -42,15 +44,21 @@ from .words import (
     strip_pleasantries,
 )
 
+_SCALES = {"thousand", "million", "billion", "trillion"}
+
 
 def numbers(text: str) -> Counter[str]:
+    """Digits and number words; a scale after a number ("5 million") is a magnitude, which
+    units.py compares (5 million = 5m)."""
     out: Counter[str] = Counter()
+    prev = ""
     for w in split_words(text):
         lw = w.lower().replace(" ", "")
         if lw[0].isdigit():
             out[lw.replace(",", "")] += 1
-        elif lw in NUMBER_WORDS:
+        elif lw in NUMBER_WORDS and not (lw in _SCALES and (prev[:1].isdigit() or prev in NUMBER_WORDS)):
             out[NUMBER_WORDS[lw]] += 1
+        prev = lw
     return out
 
 
@@ -177,24 +185,31 @@ class Verifier:
     added_floor: float = 0.95  # ... when one side only adds content words (an added constraint)
     enabled: bool = True
     lexicon: WordNet | None = field(default_factory=wordnet, repr=False)  # None: no synonym rules
+    roles: Roles = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", Roles(self.lexicon))
 
     def check(self, new: str, old: str, similarity: float) -> Verdict:
-        if not self.enabled or new.strip().lower() == old.strip().lower():
+        if not self.enabled or new.strip() == old.strip():
             return Verdict(True)
         new, old = strip_pleasantries(new), strip_pleasantries(old)
         if numbers(new) != numbers(old):
             return Verdict(False, "numbers")
+        units = units_differ(new, old)
+        if units:
+            return Verdict(False, f"units:{units}")
         if negations(new) % 2 != negations(old) % 2:
             return Verdict(False, "negation")
         opp = opposite(new, old)
         if opp:
             return Verdict(False, f"antonym:{opp}")
+        full_new, full_old = new, old
+        new, old = without_units(new), without_units(old)  # compared above, in any spelling
         en, eo = [stem_of(e) for e in entities(new)], [stem_of(e) for e in entities(old)]  # Sundays ~ Sunday
         if _entity_missing(en, old) or _entity_missing(eo, new):
             return Verdict(False, "entities")
-        if _dedupe([e for e in en if e in eo]) != _dedupe([e for e in eo if e in en]) or roles_swapped(
-            new, old
-        ):
+        if self.roles.swapped(full_new, full_old, frozenset(en) & frozenset(eo)):
             return Verdict(False, "order")
         slot = slot_changed(new, old, self.lexicon)
         if slot:

@@ -6,6 +6,7 @@ Data and text helpers only; the checks that use them are in verify.py.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _WORD = re.compile(r"\d+(?:[.,:]\d+)*\s?(?:am|pm)\b|[A-Za-z][A-Za-z'\-]*|\d+(?:[.,]\d+)*", re.IGNORECASE)
 NUMBER_WORDS = {
@@ -166,6 +167,7 @@ def split_words(text: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=65536)
 def stem_of(w: str) -> str:
     w = w.lower().strip("'").removesuffix("'s")
     w = _IRREGULAR.get(w, w)
