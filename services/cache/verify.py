@@ -3,14 +3,25 @@
 Cosine on MiniLM puts "Is X included?" and "Is X excluded?" side by side, so a candidate above
 the similarity floor still has to agree with the new prompt on:
 - numbers (digits and number words, as a multiset: 1066 vs 1666, "two-year" vs "2-year" agree;
-  a time keeps its am/pm: 7am vs 7pm differ);
+  a time keeps its am/pm: 7am vs 7pm differ; "5 million" is 5 and a magnitude);
+- units and magnitudes (services/cache/units.py): the same units in any spelling (km/kilometres,
+  MB/megabytes, °C/degrees Celsius, $5/5 USD), with case where a convention gives it meaning
+  (Mb megabit, MB megabyte), each number bound to the same unit ("5 km to miles" is not "5 miles
+  to km"); megabits vs megabytes, % vs percentage points, 5k vs 5 million differ;
 - polarity: negation words (not/no/never/n't/without/...) and negative-polarity verbs
   (avoid/ban/stop/exclude/...) counted together, parity must agree;
 - antonymy: a lexicon of opposite pairs compared on stems (open/closed, weekdays/weekends,
   adults/children), and morphological opposites (suitable/unsuitable, successful/unsuccessful:
   one side has a word the other has with a negative prefix);
-- roles: "from X to Y" against "from Y to X" (transfers, directions), and named entities
-  (capitalised or mixed-case words, acronyms) as a set and in order;
+- named entities (capitalised or mixed-case words, acronyms): each named in the other text;
+- roles (services/cache/structure.py): the shared words fill the same slots. Rejected: two words
+  the other way round with the same words between ("subtract 17 from 45" / "45 from 17", "the
+  dragon rescues the knight" / "the knight rescues the dragon", "Alice's salary is higher than
+  Bob's" / the reverse), two words trading prepositions ("from Paris to Rome" / "to Paris from
+  Rome"), another owner of the same thing, named entities reordered without their prepositions.
+  Let through: symmetric links (and/or/plus/times/vs, between, compare, same as, how far), a
+  phrase moved with its preposition ("to Rome from Paris"), and a change of voice (passives are
+  read as active);
 - novel content words: when either side has content words the other lacks, the candidate needs
   the stricter `novel_floor` similarity (scope changes: "students" vs "nonprofits"); a pure
   addition (one side's content words all in the other, plus more: "gift" vs "gift card") is an
@@ -94,12 +105,6 @@ def opposite(new: str, old: str) -> str:
     return ""
 
 
-_FROM_TO = re.compile(
-    r"\bfrom\s+(?:my\s+|the\s+|a\s+|an\s+)?([\w' -]+?)\s+(?:to|into)\s+(?:my\s+|the\s+|a\s+|an\s+)?([\w' -]+?)(?:[?.!,]|$)",
-    re.IGNORECASE,
-)
-
-
 def slot_changed(new: str, old: str, lexicon: WordNet | None = None) -> str:
     """The same sentence frame with one slot filled differently ("for a puppy" / "for a kitten",
     "home insurance" / "car insurance"): a different question, whatever the cosine says. Returns
@@ -121,16 +126,6 @@ def slot_changed(new: str, old: str, lexicon: WordNet | None = None) -> str:
     if lexicon is not None and lexicon.related(x, y):
         return ""  # the same slot in other words (change/switch)
     return f"{x}/{y}"
-
-
-def roles_swapped(new: str, old: str) -> bool:
-    """ "from A to B" in one text, "from B to A" in the other."""
-    mn, mo = _FROM_TO.search(new), _FROM_TO.search(old)
-    if not (mn and mo):
-        return False
-    a1, b1 = content(mn.group(1)), content(mn.group(2))
-    a2, b2 = content(mo.group(1)), content(mo.group(2))
-    return bool(a1 & b2) and bool(b1 & a2) and not (a1 & a2)
 
 
 _ENTITY_TOKEN = r"[A-Za-z][A-Za-z0-9'\-]*"
@@ -194,9 +189,11 @@ class Verifier:
         if not self.enabled or new.strip() == old.strip():
             return Verdict(True)
         new, old = strip_pleasantries(new), strip_pleasantries(old)
-        if numbers(new) != numbers(old):
-            return Verdict(False, "numbers")
         units = units_differ(new, old)
+        full_new, full_old = new, old
+        new, old = without_units(new), without_units(old)  # compared by units_differ, in any spelling
+        if numbers(new) != numbers(old):  # "per second" is no ordinal
+            return Verdict(False, "numbers")
         if units:
             return Verdict(False, f"units:{units}")
         if negations(new) % 2 != negations(old) % 2:
@@ -204,8 +201,6 @@ class Verifier:
         opp = opposite(new, old)
         if opp:
             return Verdict(False, f"antonym:{opp}")
-        full_new, full_old = new, old
-        new, old = without_units(new), without_units(old)  # compared above, in any spelling
         en, eo = [stem_of(e) for e in entities(new)], [stem_of(e) for e in entities(old)]  # Sundays ~ Sunday
         if _entity_missing(en, old) or _entity_missing(eo, new):
             return Verdict(False, "entities")
@@ -279,8 +274,3 @@ def _synonyms_as(
             stem = next((s for s, w in only_old.items() if lexicon.related(new[stem], w)), stem)
         out.add(stem)
     return out
-
-
-def _dedupe(xs: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [x for x in xs if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
