@@ -1,8 +1,8 @@
 """The cache's REST API, served beside the health routes on the service's port.
 
 GET /v1/cache/stats; DELETE /v1/cache/entries?tenant=&model=&adapter=&entry_id=;
-GET/PUT/DELETE /v1/cache/tenants/{tenant} (similarity floor); POST /v1/cache/peek (the gateway's
-lookup). Changes and peeks need the internal token; stats and floors are admin paths
+GET/PUT/DELETE /v1/cache/tenants/{tenant} (similarity floor, target false-hit rate); POST
+/v1/cache/peek (the gateway's lookup). Changes and peeks need the internal token; stats and floors are admin paths
 (shared/runtime/admin.py).
 """
 
@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from google.protobuf.message import DecodeError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 from switchyard.v1.events_pb2 import CachePurge
 
@@ -28,7 +29,7 @@ from shared.runtime.envelope import CONTENT_TYPE_PROTOBUF, DependencyUnavailable
 from shared.runtime.telemetry import add_timing, get_logger
 
 from .lookup import SemanticCache
-from .stage import FLOORS_KEY, CacheStage, load_floors, purge_of
+from .stage import FLOORS_KEY, TARGETS_KEY, CacheStage, load_floors, purge_of
 
 log = get_logger(__name__)
 
@@ -36,13 +37,22 @@ Announce = Callable[[CachePurge], Awaitable[None]]
 
 
 class TenantFloor(BaseModel):
-    similarity_floor: float = Field(ge=0.0, le=1.0, description="Cosine floor before the verifier")
+    """A tenant's settings; a field left out keeps its value (at least one is needed)."""
+
+    similarity_floor: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Cosine floor before the verifier"
+    )
+    target_error: float | None = Field(
+        default=None, gt=0.0, lt=1.0, description="False-hit rate the entries' learned thresholds keep under"
+    )
 
 
 class TenantFloorOut(BaseModel):
     tenant: str
     similarity_floor: float = Field(description="The floor this tenant's lookups use")
     default: float = Field(description="The floor of tenants without their own")
+    target_error: float = Field(description="The false-hit rate this tenant's entries are held to")
+    default_target_error: float = Field(description="The target of tenants without their own")
 
 
 class Deleted(BaseModel):
@@ -149,6 +159,7 @@ async def stats(api: Api) -> CacheStats:
     data["entries"] = await asyncio.to_thread(cache.store.count)
     data["front_entries"] = len(cache.front)
     data["embeddings"] = {"batches": cache.embedder.batches, "reused": cache.embedder.reused}
+    data["checks"] = cache.checks.summary()
     data["ready"] = True
     return CacheStats.model_validate(data)
 
@@ -183,8 +194,13 @@ async def purge(
 
 
 def _floor_of(cache: SemanticCache, tenant: str) -> TenantFloorOut:
+    p = cache.policy
     return TenantFloorOut(
-        tenant=tenant, similarity_floor=cache.policy.floor_for(tenant), default=cache.policy.floor
+        tenant=tenant,
+        similarity_floor=p.floor_for(tenant),
+        default=p.floor,
+        target_error=p.target_for(tenant),
+        default_target_error=p.target_error,
     )
 
 
@@ -194,9 +210,14 @@ async def get_floor(tenant: str, api: Api) -> TenantFloorOut | JSONResponse:
     return _not_ready() if cache is None else _floor_of(cache, tenant)
 
 
-async def _set_floors(api: CacheApi, cache: SemanticCache, floors: dict[str, float]) -> None:
-    await api.stage.objects.put(FLOORS_KEY, json.dumps(floors).encode(), "application/json")
-    cache.policy.set_floors({**api.settings.cache_tenant_floors, **floors})
+async def _set_floors(
+    api: CacheApi, cache: SemanticCache, floors: dict[str, float], targets: dict[str, float]
+) -> None:
+    objects, s = api.stage.objects, api.settings
+    await objects.put(FLOORS_KEY, json.dumps(floors).encode(), "application/json")
+    await objects.put(TARGETS_KEY, json.dumps(targets).encode(), "application/json")
+    cache.policy.set_floors({**s.cache_tenant_floors, **floors})
+    cache.policy.set_targets({**s.cache_tenant_targets, **targets})
 
 
 @router.put(
@@ -211,33 +232,43 @@ async def _set_floors(api: CacheApi, cache: SemanticCache, floors: dict[str, flo
     },
 )
 async def put_floor(tenant: str, req: Request, api: Api) -> TenantFloorOut | JSONResponse:
-    """Set the tenant's similarity floor (kept in the object store, read by every replica)."""
+    """Set the tenant's similarity floor and/or target false-hit rate (kept in the object store,
+    read by every replica)."""
     if not api.authorised(req):
         return _unauthorised()
     cache = api.stage.cache
     if cache is None:
         return _not_ready()
-    floors = await load_floors(api.stage.objects)
     try:
-        floors[tenant] = TenantFloor.model_validate_json(await req.body()).similarity_floor
+        body = TenantFloor.model_validate_json(await req.body())
     except ValidationError as exc:
         reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return _error(400, reason, "invalid_request_error")
-    await _set_floors(api, cache, floors)
+    if body.similarity_floor is None and body.target_error is None:
+        return _error(400, "give similarity_floor, target_error or both", "invalid_request_error")
+    floors = await load_floors(api.stage.objects)
+    targets = await load_floors(api.stage.objects, TARGETS_KEY)
+    if body.similarity_floor is not None:
+        floors[tenant] = body.similarity_floor
+    if body.target_error is not None:
+        targets[tenant] = body.target_error
+    await _set_floors(api, cache, floors, targets)
     return _floor_of(cache, tenant)
 
 
 @router.delete("/tenants/{tenant}", response_model=TenantFloorOut, responses=ERRORS)
 async def delete_floor(tenant: str, req: Request, api: Api) -> TenantFloorOut | JSONResponse:
-    """Back to the default floor."""
+    """Back to the default floor and target."""
     if not api.authorised(req):
         return _unauthorised()
     cache = api.stage.cache
     if cache is None:
         return _not_ready()
     floors = await load_floors(api.stage.objects)
+    targets = await load_floors(api.stage.objects, TARGETS_KEY)
     floors.pop(tenant, None)
-    await _set_floors(api, cache, floors)
+    targets.pop(tenant, None)
+    await _set_floors(api, cache, floors, targets)
     return _floor_of(cache, tenant)
 
 
@@ -276,9 +307,12 @@ async def peek(req: Request, api: Api) -> Response:
         return Response(status_code=204, headers={"x-cache-reason": "error"})
     if not out.hit:
         return Response(status_code=204, headers={"x-cache-reason": out.reason})
+    shadow = api.stage.shadow_of(env, out)
     hit = cache.apply_hit(env, out, parent="cache_peek")
     add_timing(hit, "cache_peek", t0, time.time_ns())
-    return Response(hit.SerializeToString(), media_type=CONTENT_TYPE_PROTOBUF)
+    # A sampled hit's shadow is produced once the reply is out: the client never waits for it.
+    later = BackgroundTask(api.stage.send_shadow, shadow) if shadow is not None else None
+    return Response(hit.SerializeToString(), media_type=CONTENT_TYPE_PROTOBUF, background=later)
 
 
 async def unavailable(_: Request, exc: Exception) -> Response:

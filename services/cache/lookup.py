@@ -21,10 +21,12 @@ from shared.cache_rules import has_media
 from shared.runtime.envelope import Envelope
 from shared.runtime.telemetry import add_timing
 
+from .budget import threshold
 from .embed import BatchingEmbedder
 from .front import ExactFront
 from .keys import CacheKey, cache_key, entry_id
 from .policy import CachePolicy
+from .shadow import Checks
 from .store import CacheStore, Entry, Purge, now_ms
 from .verify import Verifier
 from .versions import LiveVersions
@@ -40,8 +42,12 @@ class Outcome:
     hit: bool
     tier: str = ""  # exact | semantic
     entry: Entry | None = None
-    reason: str = ""  # why a miss: bypass reason, "no_candidate", "below_floor", verifier reason
+    # why a miss: bypass reason, "no_candidate", "below_floor", "below_threshold" (a learned one),
+    # verifier reason
+    reason: str = ""
     similarity: float = 0.0
+    shadow: bool = False  # a semantic hit sampled for a shadow check (whoever answers sends it)
+    explore: tuple[str, float] | None = None  # a miss sampled to check this candidate (id, similarity)
     timings: list[tuple[str, int, int, dict[str, object]]] = field(default_factory=list)
 
 
@@ -88,8 +94,10 @@ class SemanticCache:
         top_k: int = 5,
         versions: LiveVersions | None = None,
         front: ExactFront | None = None,
+        checks: Checks | None = None,
     ) -> None:
         self.store, self.embedder, self.policy = store, embedder, policy
+        self.checks = checks if checks is not None else Checks("", 0.0)  # 0: no shadows, no learning
         self.front = front if front is not None else ExactFront()
         self.verifier = verifier or Verifier()
         self.top_k = top_k
@@ -121,7 +129,9 @@ class SemanticCache:
                     attrs: dict[str, object] = {"tier": found.tier} if found.hit else {"reason": found.reason}
                     # Counted when the peek looked; its own rows describe work done before the
                     # request was produced, so the stage shows only its wait for them.
-                    return replace(found, timings=[("cache_from_peek", t0, time.time_ns(), attrs)])
+                    # The peek's handler sent its shadow already.
+                    rows = [("cache_from_peek", t0, time.time_ns(), attrs)]
+                    return replace(found, timings=rows, shadow=False)
             out = await self._find(env, key, at_ms)
             self._count(out)
             return out
@@ -193,11 +203,36 @@ class SemanticCache:
             self.front.put(key.tenant, key.exact, exact, generation)  # unless an invalidation came
             out.hit, out.tier, out.entry, out.similarity = True, "exact", exact, 1.0
             return out
-        floor = self.policy.floor_for(env.tenant)
-        above = [c for c in cands if c.similarity >= floor]
+        above = [c for c in cands if c.similarity >= self.policy.lowest_for(env.tenant)]
         out.reason = "no_candidate" if not cands else "below_floor" if not above else ""
         out.similarity = cands[0].similarity if cands else 0.0
+        checked = self._choose(env.tenant, key, above, out)
+        if checked:
+            out.timings.append(("cache_verify", t3, time.time_ns(), {"checked": checked, "ok": out.hit}))
+        return out
+
+    def _choose(self, tenant: str, key: CacheKey, above: list[Entry], out: Outcome) -> int:
+        """The most similar candidate within its own threshold (budget.py) that the verifier
+        passes; a miss may explore the first one the verifier passes but its threshold refused.
+        Returns how many candidates the verifier read."""
+        prior, lowest, target = (
+            self.policy.floor_for(tenant),
+            self.policy.lowest_for(tenant),
+            self.policy.target_for(tenant),
+        )
+        refused, checked, exploring = "", 0, None
         for c in above:
+            t = threshold(self.checks.book.view(c.id, c.stats), prior, lowest, target)
+            if not t.accepts(c.similarity):
+                refused = refused or ("below_threshold" if t.learned else "below_floor")
+                if exploring is None:
+                    exploring = self.checks.sample()  # one draw per lookup
+                if exploring and out.explore is None:
+                    checked += 1
+                    if self.verifier.check(key.text, c.prompt, c.similarity).ok:
+                        out.explore = (c.id, c.similarity)
+                continue
+            checked += 1
             v = self.verifier.check(key.text, c.prompt, c.similarity)
             if v.ok:
                 out.hit, out.tier, out.entry, out.similarity, out.reason = (
@@ -207,11 +242,12 @@ class SemanticCache:
                     c.similarity,
                     "",
                 )
-                break
+                out.explore = None
+                out.shadow = self.checks.sample()
+                return checked
             out.reason = f"verifier:{v.reason}"
-        if above:
-            out.timings.append(("cache_verify", t3, time.time_ns(), {"checked": len(above), "ok": out.hit}))
-        return out
+        out.reason = out.reason or refused
+        return checked
 
     def _from_front(self, key: CacheKey, live: frozenset[str], at_ms: int | None) -> Entry | None:
         hit = self.front.get(key.tenant, key.exact, live, at_ms)
@@ -256,7 +292,11 @@ class SemanticCache:
         """Store a completed miss; returns why not ("duplicate": this request id has an entry), or None.
 
         Milvus down raises DependencyUnavailable (store.py): the write-back stage waits for it and
-        then stores the entry (a redelivery is deduped by the request id) rather than dropping it."""
+        then stores the entry (a redelivery is deduped by the request id) rather than dropping it.
+        A checked answer (shadow.py) is judged first; a shadow's is never stored."""
+        why = await self.checks.on_reply(env, self.store, self._write)
+        if why:
+            return why
         why = self.policy.storable(env)
         if why:
             return why

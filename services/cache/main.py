@@ -24,7 +24,7 @@ from shared.runtime.storage import open_store
 from shared.runtime.telemetry import get_logger
 
 from .api import cache_app
-from .stage import CacheStage, purge_record
+from .stage import CacheStage, purge_record, sender
 
 log = get_logger(__name__)
 
@@ -33,7 +33,7 @@ Background = Callable[[asyncio.Event], Awaitable[None]]
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
-    stage = CacheStage(settings, open_store(settings))
+    stage = CacheStage(settings, open_store(settings), send=sender(producer))
     active = settings.cache_enabled and bool(settings.milvus_uri)
     if not active:
         log.warning("cache is a pass-through", milvus_uri=settings.milvus_uri, enabled=settings.cache_enabled)

@@ -10,24 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import AdapterEvent, CachePurge, Heartbeat
 
-from shared.runtime.bus import OutRecord
+from shared.runtime.bus import OutRecord, Producer
 from shared.runtime.config import Settings
 from shared.runtime.cpus import parse_cpus
 from shared.runtime.envelope import DependencyUnavailable, Envelope
 from shared.runtime.periodic import every
-from shared.runtime.stage import Emit
+from shared.runtime.stage import Emit, out_record
 from shared.runtime.storage import ObjectNotFound, ObjectStore
 from shared.runtime.telemetry import get_logger
 
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
 from .front import ExactFront
-from .lookup import SemanticCache
+from .lookup import Outcome, SemanticCache
 from .policy import CachePolicy
+from .shadow import Checks
 from .store import CacheStore, Purge
 from .verify import Verifier
 from .versions import LiveVersions
@@ -35,12 +36,16 @@ from .versions import LiveVersions
 log = get_logger(__name__)
 
 FLOORS_KEY = "cache/tenant-floors.json"  # per-tenant similarity floors set through the API
+TARGETS_KEY = "cache/tenant-targets.json"  # per-tenant false-hit targets set through the API
+
+Send = Callable[[Emit], Awaitable[None]]  # produce one record (main.py's producer)
 
 
-async def load_floors(objects: ObjectStore) -> dict[str, float]:
-    """The floors set through the API (the object store is the truth, shared by the replicas)."""
+async def load_floors(objects: ObjectStore, key: str = FLOORS_KEY) -> dict[str, float]:
+    """The floors (or targets) set through the API (the object store is the truth, shared by the
+    replicas)."""
     try:
-        return {str(k): float(v) for k, v in json.loads(await objects.get(FLOORS_KEY)).items()}
+        return {str(k): float(v) for k, v in json.loads(await objects.get(key)).items()}
     except ObjectNotFound:
         return {}
 
@@ -53,7 +58,18 @@ def policy_from(settings: Settings) -> CachePolicy:
         sampled_tenants=frozenset(settings.cache_sampled_tenants),
         skip_length_tenants=frozenset(settings.cache_skip_length_tenants),
         enabled=settings.cache_enabled,
+        target_error=settings.cache_target_error,
+        tenant_targets=dict(settings.cache_tenant_targets),
     )
+
+
+def sender(producer: Producer) -> Send:
+    """`send` over a producer: shadow requests of hits the peek answered (api.py)."""
+
+    async def send(emit: Emit) -> None:
+        await producer.send(out_record(emit))
+
+    return send
 
 
 def purge_of(ev: CachePurge) -> Purge:
@@ -109,8 +125,8 @@ async def open_milvus(settings: Settings, stop: asyncio.Event) -> CacheStore | N
 class CacheStage:
     """The stage's handlers and chores; `cache` is set once Milvus and the embedder are up."""
 
-    def __init__(self, settings: Settings, objects: ObjectStore) -> None:
-        self.settings, self.objects = settings, objects
+    def __init__(self, settings: Settings, objects: ObjectStore, send: Send | None = None) -> None:
+        self.settings, self.objects, self.send = settings, objects, send
         self.miss, self.hit = settings.topic("routing"), settings.topic("responses")
         self.cache: SemanticCache | None = None
         self.ready = asyncio.Event()
@@ -120,6 +136,7 @@ class CacheStage:
         cache = self.cache
         if cache is None:
             return [Emit(self.miss, env)]
+        cache.checks.marker.strip(env)
         try:
             out = await cache.lookup(env)
         except Exception as exc:  # noqa: BLE001 - a cache failure is a miss, never a failed request
@@ -128,9 +145,28 @@ class CacheStage:
             log.warning("cache lookup failed", error=repr(exc))
             return [Emit(self.miss, env)]
         if out.hit:
-            return [Emit(self.hit, cache.apply_hit(env, out))]
+            shadow = self.shadow_of(env, out)
+            return [Emit(self.hit, cache.apply_hit(env, out)), *([shadow] if shadow else [])]
         env.cache.hit, env.cache.similarity = False, out.similarity
+        if out.explore is not None:
+            cache.checks.explore(env, *out.explore)
         return [Emit(self.miss, env)]
+
+    def shadow_of(self, env: Envelope, out: Outcome) -> Emit | None:
+        """The shadow request of a hit sampled for it (before the reply replaces the request)."""
+        if self.cache is None or not out.shadow or out.entry is None:
+            return None
+        return Emit(self.miss, self.cache.checks.shadow(env, out.entry.id, out.similarity))
+
+    async def send_shadow(self, emit: Emit) -> None:
+        """Produce a peek hit's shadow (the stage's go out with its other emits); a failure costs
+        the check, never the reply."""
+        if self.send is None:
+            return
+        try:
+            await self.send(emit)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("cache shadow not sent", error=repr(exc))
 
     async def write_back(self, env: Envelope) -> list[Emit]:
         """sy.responses: store the served answer (emits nothing)."""
@@ -163,6 +199,7 @@ class CacheStage:
             return False
         policy = policy_from(s)
         policy.set_floors({**s.cache_tenant_floors, **await load_floors(self.objects)})
+        policy.set_targets({**s.cache_tenant_targets, **await load_floors(self.objects, TARGETS_KEY)})
         verifier = Verifier(
             novel_floor=s.cache_novel_floor, added_floor=s.cache_added_floor, enabled=s.cache_verify
         )
@@ -178,6 +215,7 @@ class CacheStage:
             top_k=s.cache_top_k,
             versions=LiveVersions(s.cache_model_version_window_s),
             front=ExactFront(s.cache_front_entries),
+            checks=Checks(s.internal_token.get_secret_value(), s.cache_shadow_rate, s.cache_shadow_agreement),
         )
         self.ready.set()
         log.info("cache ready", uri=s.milvus_uri, collection=s.milvus_collection)
@@ -205,9 +243,9 @@ class CacheStage:
         """Floors set through another replica's API reach this one (the object store is the truth)."""
         if self.cache is not None:
             try:
-                self.cache.policy.set_floors(
-                    {**self.settings.cache_tenant_floors, **await load_floors(self.objects)}
-                )
+                s, policy = self.settings, self.cache.policy
+                policy.set_floors({**s.cache_tenant_floors, **await load_floors(self.objects)})
+                policy.set_targets({**s.cache_tenant_targets, **await load_floors(self.objects, TARGETS_KEY)})
             except Exception as exc:  # noqa: BLE001 - keep the floors we have
                 log.warning("could not reload tenant floors", error=repr(exc))
 

@@ -20,30 +20,21 @@ collection, a bad filter) keep pymilvus' MilvusException.
 
 from __future__ import annotations
 
-import functools
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import numpy as np
 from pymilvus import DataType, MilvusClient
-from pymilvus.exceptions import ConnectError, MilvusException, MilvusUnavailableException
 
-from shared.runtime.envelope import DependencyUnavailable
-from shared.runtime.outages import (
-    GRPC_DEADLINE_EXCEEDED,
-    GRPC_UNAVAILABLE,
-    MILVUS,
-    caused_by,
-    grpc_code,
-    network_down,
-)
-
+from .budget import EntryStats
 from .embed import DIM
 from .keys import CacheKey
+from .milvus_errors import milvus_down
+from .milvus_errors import outages as _outages
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["CacheStore", "Entry", "Purge", "milvus_down", "now_ms"]
 
 SCOPE_FIELDS = ("tenant", "model", "adapter", "context_hash", "media_hash", "params_hash")
 OUT_FIELDS = [
@@ -57,45 +48,10 @@ OUT_FIELDS = [
     "model_version",
     "exact_key",
 ]
+STATS_FIELD = "stats"  # the entry's checked reuses (budget.py), "" = none yet
+STATS_MAX = 32768  # 1,001 bins of "bin:correct:wrong," at most 21 characters each
 CONSISTENCY = "Eventually"  # lookups and counts: never wait for a time tick
 WRITE_CONSISTENCY = "Session"  # the write path's reads: see this process' own inserts
-
-
-# MilvusException codes of a server that is away: 2 is both pymilvus' CONNECT_FAILED ("Fail
-# connecting to server", also raised when a lost connection cannot be re-established) and the
-# server's ServiceUnavailable. pymilvus' retry loop re-raises gRPC errors as MilvusException with
-# the grpc.StatusCode as the code once its retries or timeout are spent.
-_DOWN_CODES = frozenset({2, GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED})
-
-
-def milvus_down(exc: BaseException) -> bool:
-    """Milvus cannot be reached or is not serving now (not: the request is wrong)."""
-
-    def one(e: BaseException) -> bool:
-        if isinstance(e, ConnectError | MilvusUnavailableException):
-            return True
-        if isinstance(e, MilvusException):
-            code = e.code if isinstance(e.code, int) else str(e.code)
-            # The server marks transient states (not ready, unavailable, rate limited) retriable.
-            return code in _DOWN_CODES or (e.retriable and not e.is_input_error)
-        return grpc_code(e) in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED) or network_down(e)
-
-    return caused_by(exc, one)
-
-
-def _outages(fn: F) -> F:
-    """Milvus being down leaves a CacheStore call as DependencyUnavailable("milvus")."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kw: Any) -> Any:
-        try:
-            return fn(*args, **kw)
-        except Exception as exc:
-            if milvus_down(exc):
-                raise DependencyUnavailable(MILVUS, f"{fn.__name__}: {exc}"[:500]) from exc
-            raise
-
-    return call  # type: ignore[return-value]
 
 
 def lit(s: str) -> str:
@@ -173,6 +129,7 @@ class Entry:
     adapter: str = ""  # name@version, "" for the base model
     model_version: str = ""
     exact_key: str = ""  # the exact tier's key of the request that wrote it
+    stats: str = ""  # encoded EntryStats (budget.py)
 
 
 class CacheStore:
@@ -182,6 +139,9 @@ class CacheStore:
     ) -> None:
         self.uri, self.collection, self.partition_key = uri, collection, partition_key
         self.client = MilvusClient(uri=uri, timeout=timeout_s)
+        self.has_stats = True  # False on a collection created before the `stats` field
+        self.out_fields = [*OUT_FIELDS, STATS_FIELD]
+        self._rewrite = threading.Lock()  # a stats rewrite (delete + insert) never overlaps a delete
 
     # ------------------------------------------------------------------ schema
     @_outages
@@ -189,6 +149,10 @@ class CacheStore:
         if self.client.has_collection(self.collection):
             fields = {f["name"] for f in self.client.describe_collection(self.collection)["fields"]}
             if "model_version" in fields:
+                # Milvus 2.3 cannot add a field: a collection from before `stats` keeps serving, and
+                # the outcomes of its entries' checks stay in the judging replica's memory.
+                self.has_stats = STATS_FIELD in fields
+                self.out_fields = [*OUT_FIELDS, STATS_FIELD] if self.has_stats else list(OUT_FIELDS)
                 self.client.load_collection(self.collection)  # after a server restart it is unloaded
                 return
             # A collection from before entries carried their model version: its answers cannot be
@@ -205,6 +169,7 @@ class CacheStore:
         s.add_field("request_id", DataType.VARCHAR, max_length=128)
         s.add_field("prompt", DataType.VARCHAR, max_length=8192)
         s.add_field("response", DataType.VARCHAR, max_length=65535)  # hex of the Response proto
+        s.add_field(STATS_FIELD, DataType.VARCHAR, max_length=STATS_MAX)
         s.add_field("created_ms", DataType.INT64)
         s.add_field("expires_ms", DataType.INT64)
         s.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
@@ -252,7 +217,7 @@ class CacheStore:
             anns_field="vector",
             filter=self._scope_filter(key, at, versions),
             limit=k,
-            output_fields=OUT_FIELDS,
+            output_fields=self.out_fields,
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
             consistency_level=CONSISTENCY,
         )
@@ -287,6 +252,8 @@ class CacheStore:
             vector=vector.tolist(),
             model_version=model_version[:64],
         )
+        if self.has_stats:
+            row[STATS_FIELD] = ""
         # Insert, not upsert: Milvus 2.3.5's upsert puts rows of a partition-key collection where a
         # filter on the key does not find them. Dedupe by id instead (one entry per request id).
         if self._has(entry_id):
@@ -307,6 +274,44 @@ class CacheStore:
         )
 
     @_outages
+    def get(self, entry_id: str, tenant: str) -> Entry | None:
+        """One entry by id, within its tenant (a check's stored answer)."""
+        rows = self.client.query(
+            self.collection,
+            filter=f"id == {lit(entry_id)} and tenant == {lit(tenant)}",
+            output_fields=self.out_fields,
+            limit=1,
+            consistency_level=CONSISTENCY,
+        )
+        return _entry(rows[0], 1.0) if rows else None
+
+    @_outages
+    def record(self, entry_id: str, tenant: str, similarity: float, correct: bool) -> EntryStats | None:
+        """Add one checked reuse to the entry's `stats`; its new stats, or None when it is gone.
+
+        Rewritten as delete + insert of the whole row (2.3.5's upsert hides partition-key rows
+        from filters), under the lock every delete takes: a purge running meanwhile can never
+        see its delete undone by the insert, since the row is read again after it."""
+        with self._rewrite:
+            rows = self.client.query(
+                self.collection,
+                filter=f"id == {lit(entry_id)} and tenant == {lit(tenant)}",
+                output_fields=["*"],
+                limit=1,
+                consistency_level=WRITE_CONSISTENCY,
+            )
+            if not rows:
+                return None
+            row = dict(rows[0])
+            stats = EntryStats.decode(str(row.get(STATS_FIELD) or "")).add(similarity, correct)
+            row[STATS_FIELD] = stats.encode()
+            row["vector"] = [float(x) for x in row["vector"]]
+            self._delete_now(f"id == {lit(entry_id)}")
+            self.client.insert(self.collection, [row])
+            self._has(entry_id)  # visible to every lookup once this returns
+            return stats
+
+    @_outages
     def delete(self, purge: Purge) -> int:
         """Delete the entries the purge matches; returns how many were deleted."""
         return self._delete(purge.filter())
@@ -316,6 +321,10 @@ class CacheStore:
         return self.delete(Purge(expired_at_ms=now_ms() if at_ms is None else at_ms))
 
     def _delete(self, expr: str) -> int:
+        with self._rewrite:
+            return self._delete_now(expr)
+
+    def _delete_now(self, expr: str) -> int:
         res = self.client.delete(self.collection, filter=expr)
         # Reads missed a fresh delete on the 2.3.5 server until one Strong read (~200 ms; deletes
         # are rare: invalidation, purge, the sweeper).
@@ -348,4 +357,5 @@ def _entry(row: dict[str, object], sim: float) -> Entry:
         adapter=str(row.get("adapter", "")),
         model_version=str(row.get("model_version", "")),
         exact_key=str(row.get("exact_key", "")),
+        stats=str(row.get(STATS_FIELD) or ""),
     )

@@ -19,13 +19,15 @@ from shared.runtime.bus import JOB_HEADER, header, sent_ns
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Rejected, decode
 from shared.runtime.follow import Edge, Follower
+from shared.runtime.stage import CACHE_SHADOW_JOB
 
 from .replies import ReplyRouter, ResultStore
 from .requests.serving import async_result
 
 # Rollout samples reach their job through the reward service (sy.rewards) and batch lines through
-# the batch collector: no connection or async request here waits on them.
-JOBS_ANSWERED_ELSEWHERE = ("rollout", "batch")
+# the batch collector, the cache's shadow checks to its write-back: no connection or async request
+# here waits on them.
+JOBS_ANSWERED_ELSEWHERE = ("rollout", "batch", CACHE_SHADOW_JOB)
 
 
 class ReplyHandler:

@@ -15,6 +15,7 @@ from switchyard.v1 import envelope_pb2, events_pb2
 
 from shared.runtime.bus import JOB_HEADER, SENT_NS_HEADER
 from shared.runtime.config import Settings
+from shared.runtime.stage import CACHE_SHADOW_JOB
 from shared.runtime.topics import all_topics
 
 OUTPUT = Path(__file__).resolve().parents[2] / "proto" / "asyncapi.json"
@@ -89,8 +90,9 @@ def document(settings: Settings) -> dict[str, Any]:
             SENT_NS_HEADER: {"type": "string", "description": "producer wall clock, ns since the epoch"},
             JOB_HEADER: {
                 "type": "string",
-                "enum": ["rollout", "batch", ""],
-                "description": "envelope records: the job the record belongs to (empty: a single request); "
+                "enum": ["rollout", "batch", CACHE_SHADOW_JOB, ""],
+                "description": "envelope records: the job the record belongs to (empty: a single request; "
+                "cache_shadow: a cache shadow check, answered to the cache alone); "
                 "readers that want one job pass over the others undecoded, and read records without it",
             },
         },

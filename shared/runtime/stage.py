@@ -57,8 +57,16 @@ EnvelopeHandler = Callable[[Envelope], Awaitable[list[Emit]]]
 RecordCheck = Callable[[ConsumerRecord, Envelope], None]
 
 
+# A cache shadow check (services/cache/shadow.py): a served hit sent to the engine again under a
+# request id of its own; its answer is for the cache's write-back alone, never for a requester.
+CACHE_SHADOW_TIER = "shadow"  # CacheInfo.tier of such a request
+CACHE_SHADOW_JOB = "cache_shadow"
+
+
 def job_of(env: Envelope) -> str:
     """The job an envelope belongs to, as its records' JOB_HEADER says."""
+    if env.cache.tier == CACHE_SHADOW_TIER:
+        return CACHE_SHADOW_JOB
     if env.kind == Kind.KIND_ROLLOUT or env.rollout.rollout_id:
         return "rollout"
     return "batch" if env.batch_id else ""

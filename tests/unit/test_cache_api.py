@@ -13,6 +13,7 @@ import pytest
 from services.cache.api import cache_app
 from services.cache.lookup import Stats
 from services.cache.policy import CachePolicy
+from services.cache.shadow import Checks
 from services.cache.stage import CacheStage
 from shared.runtime.config import load_settings
 from shared.runtime.storage import open_store
@@ -31,6 +32,7 @@ class FakeCache:
         self.embedder = SimpleNamespace(batches=3, reused=1)
         self.store = SimpleNamespace(count=lambda: 7)
         self.purged: list[Any] = []
+        self.checks = Checks("", 0.0)
 
     async def purge(self, p: Any, milvus: bool = True) -> int:
         self.purged.append(p)
@@ -87,16 +89,24 @@ async def test_purge_floors_and_stats(stage: CacheStage) -> None:
             "type": "invalid_request_error",
         }
         r = await http.put(url, json={"similarity_floor": 0.5}, headers=AUTH)
-        assert r.json() == {"tenant": "acme", "similarity_floor": 0.5, "default": 0.9}
+        defaults = {"default": 0.9, "target_error": 0.01, "default_target_error": 0.01}
+        assert r.json() == {"tenant": "acme", "similarity_floor": 0.5, **defaults}
         assert (await http.get(url)).json()["similarity_floor"] == 0.5
+        # The error budget's target: set on its own (the floor stays), validated, reset by DELETE.
+        r = await http.put(url, json={"target_error": 0.05}, headers=AUTH)
+        assert r.json()["target_error"] == 0.05 and r.json()["similarity_floor"] == 0.5
+        assert cache.policy.target_for("acme") == 0.05 and cache.policy.target_for("other") == 0.01
+        for bad in ({"target_error": 0}, {"target_error": 1.0}, {}):
+            assert (await http.put(url, json=bad, headers=AUTH)).status_code == 400, bad
         r = await http.delete(url, headers=AUTH)
-        assert r.json() == {"tenant": "acme", "similarity_floor": 0.9, "default": 0.9}
+        assert r.json() == {"tenant": "acme", "similarity_floor": 0.9, **defaults}
 
         s = (await http.get("/v1/cache/stats")).json()
         assert s["ready"] and s["entries"] == 7 and s["front_entries"] == 0
         assert s["embeddings"] == {"batches": 3, "reused": 1}
         assert s["lookup_ms"] == {"p50": None, "p99": None, "window": 0}
         assert s["invalidated"] == 2 and set(s["hit_rate"]) == {"exact", "semantic", "all"}
+        assert s["checks"]["shadows"] == 0 and s["checks"]["tenants"] == {}
 
 
 async def test_every_route_lists_a_response_schema(stage: CacheStage) -> None:

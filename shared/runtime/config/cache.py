@@ -46,6 +46,30 @@ class CacheSettings(Section):
     cache_tenant_floors: dict[str, float] = Field(
         default_factory=dict, description='JSON map tenant -> similarity floor, e.g. {"acme": 0.9}'
     )
+    cache_target_error: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="Error budget: the false-hit rate each entry's learned threshold keeps its semantic "
+        "reuses under (upper end of a Wilson 95% interval over the entry's checked reuses)",
+    )
+    cache_tenant_targets: dict[str, float] = Field(
+        default_factory=dict, description='JSON map tenant -> target false-hit rate, e.g. {"acme": 0.005}'
+    )
+    cache_shadow_rate: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        description="Share of semantic hits also sent to the engine (shadow mode) and of misses near a "
+        "refused candidate whose answer is compared with it; 0 = off (thresholds stay at the floors)",
+    )
+    cache_shadow_agreement: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description="Two answers agree when equal once normalised, or when their word-level similarity "
+        "reaches this and they hold the same numbers (1: normalised exact match only)",
+    )
     cache_novel_floor: float = Field(
         default=0.85, ge=0, le=1, description="Verifier: similarity needed when content words differ"
     )
