@@ -1,0 +1,3 @@
+from loadtests.cache_eval.cli import main
+
+main()
