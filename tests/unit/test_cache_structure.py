@@ -149,6 +149,7 @@ SAME = [
     ("How fast is 100 mbps?", "How fast is 100 Mbps?"),
     ("How fast is 100 megabits per second?", "How fast is 100 Mbps?"),
     ("What is 5 feet in cm?", "How many centimetres are in 5 ft?"),
+    ("How many cm are in a foot?", "What is a foot in cm?"),
     ("How many grams in 2 pounds?", "What is 2 lb in grams?"),
     ("How much is 50 euros in dollars?", "Convert €50 to USD"),
     ("Convert 100 USD to GBP", "How many pounds is 100 dollars?"),
