@@ -17,6 +17,7 @@ import pytest
 from loadtests import cache_eval
 from loadtests.cache_data import KINDS, SPLIT_SEED, load
 from loadtests.cache_eval import report as report_mod
+from services.cache.policy import CachePolicy
 from shared.runtime.config import Settings
 
 
@@ -113,7 +114,7 @@ def test_decide_asks_the_verifier_as_lookup_does(monkeypatch: pytest.MonkeyPatch
             calls.append((new, old, similarity))
             return type("Verdict", (), {"ok": False})()
 
-    monkeypatch.setattr(decision, "_cache_parts", lambda tenant: (0.8, Spy()))
+    monkeypatch.setattr(decision, "_cache_parts", lambda: (CachePolicy(floor=0.8), Spy()))
     long_a = "What is the boiling point of water? " * 100
     assert not cache_eval.decide(long_a, "new prompt", 0.9)
     assert calls == [("new prompt", long_a[:2000], 0.9)]
