@@ -107,7 +107,12 @@ class Roles:
                 la, lb = _link(a, a1, a2), _link(b, b1, b2)
                 same = inverted and self._same_words(la, lb)
                 name = f"{x[0][2:]}/{y[0][2:]}"
-                moved = inverted and {x[0][2:], y[0][2:]} <= named and (ma[xa], ma[ya]) != (mb[xb], mb[yb])
+                moved = (
+                    inverted
+                    and {x[0][2:], y[0][2:]} <= named
+                    and (ma[xa], ma[ya]) != (mb[xb], mb[yb])
+                    and not _compound(la, lb, a2 - a1, b2 - b1)
+                )
                 if not (same or exchanged or moved):
                     continue
                 if _symmetric(la, a, a1, self.lexicon) or _symmetric(lb, b, b1, self.lexicon):
@@ -183,6 +188,15 @@ def _owners(toks: Sequence[Tok]) -> dict[int, int]:
                 else:
                     out[i - 1] = end - 1
     return out
+
+
+def _compound(la: Sequence[Tok], lb: Sequence[Tok], gap_a: int, gap_b: int) -> bool:
+    """A noun compound in one text, a preposition in the other: "the Leeds Tesco" / "the Tesco in
+    Leeds", "my Amazon order" / "an order on Amazon"."""
+    return any(
+        gap == 1 and len(other) == 1 and other[0].key in ("in", "on", "at", "of", "from", "for")
+        for gap, other in ((gap_a, lb), (gap_b, la))
+    )
 
 
 def _bare_same(ra: Sequence[Tok], rb: Sequence[Tok]) -> bool:

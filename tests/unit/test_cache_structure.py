@@ -128,6 +128,7 @@ SAME = [
     ("Alice and Bob are married, right?", "Bob and Alice are married, right?"),
     ("How far is Madrid from Barcelona?", "How far is Barcelona from Madrid?"),
     ("Flights from Paris to Rome", "Flights to Rome from Paris"),
+    ("What time does the Tesco in Leeds close on Sunday?", "On Sunday, when does the Leeds Tesco close?"),
     ("Subtract 17 from 45", "From 45, subtract 17"),
     (
         "Best way to get from the airport to the city centre?",
