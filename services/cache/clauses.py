@@ -76,6 +76,8 @@ def _word_tokens(raw: str, lexicon: WordNet | None) -> list[Tok]:
         if raw in _CONN:
             return [Tok("conn", raw)]
         return [Tok("op" if raw in _OPS else "punct", raw)]
+    if len(raw) > 1 and raw.isupper() and raw.isalpha():
+        return [Tok("item", "w:" + low, low)]  # an acronym: US is not "us", IT not "it"
     tail: list[Tok] = []
     if low.endswith("n't"):
         low, tail = low[:-3], [Tok("neg", "not")]

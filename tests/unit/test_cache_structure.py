@@ -52,6 +52,7 @@ SWAPS = [
     ("Convert Celsius to Fahrenheit", "Convert Fahrenheit to Celsius"),
     ("Translate 'good morning' from English to French", "Translate 'good morning' from French to English"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?"),
+    ("Can a UK citizen work in the US?", "Can a US citizen work in the UK?"),  # US is not "us"
     ("Who is Alice's brother's wife?", "Who is Alice's wife's brother?"),
     ("Is Alice Bob's mother?", "Is Bob Alice's mother?"),
     ("What is the ratio of boys to girls?", "What is the ratio of girls to boys?"),
