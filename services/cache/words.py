@@ -158,13 +158,19 @@ CONTRACTION = re.compile(r"'(?:s|m|re|ve|d|ll)$", re.IGNORECASE)
 
 
 def split_words(text: str) -> list[str]:
-    out = []
+    return list(_split(text))
+
+
+@lru_cache(maxsize=8192)
+def _split(text: str) -> tuple[str, ...]:
+    """Kept: every check of a pair splits the same two texts again."""
+    out: list[str] = []
     for w in _WORD.findall(text.replace("’", "'")):
         if w.lower().endswith("n't"):
             out += [w[:-3], "not"]
         else:
             out += [p for p in w.split("-") if p]
-    return out
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)
