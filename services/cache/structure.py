@@ -98,44 +98,58 @@ class Roles:
         symmetric: list[tuple[int, int]] = []  # spans in `a` of pairs swapped around a symmetric link
         for n, x in enumerate(common):
             for y in common[n + 1 :]:
-                (xa, ya), (xb, yb) = (ia[x], ia[y]), (ib[x], ib[y])
-                inverted = (xa < ya) != (xb < yb)
-                exchanged = _exchanged(ma[xa], ma[ya], mb[xb], mb[yb])
-                if not inverted and not exchanged:
-                    continue
-                (a1, a2), (b1, b2) = sorted((xa, ya)), sorted((xb, yb))
-                la, lb = _link(a, a1, a2), _link(b, b1, b2)
-                same = inverted and self._same_words(la, lb)
-                name = f"{x[0][2:]}/{y[0][2:]}"
-                moved = (
-                    inverted
-                    and {x[0][2:], y[0][2:]} <= named
-                    and (ma[xa], ma[ya]) != (mb[xb], mb[yb])
-                    and not _compound(la, lb, a2 - a1, b2 - b1)
-                )
-                if not (same or exchanged or moved):
-                    continue
-                if _symmetric(la, a, a1, self.lexicon) or _symmetric(lb, b, b1, self.lexicon):
-                    symmetric += [(a1, a2)] if same else []
-                elif (
-                    same
-                    and _how_many(a, a1) == _how_many(b, b1)
-                    and (la or _bare_same(a[a1 + 1 : a2], b[b1 + 1 : b2]))
-                ):
-                    swaps.append((name, a1, a2))  # the same words between them, the other way round
-                elif exchanged and not any(
-                    _quantified(t, i) or _how_many(t, i) for t, i in ((a, xa), (a, ya), (b, xb), (b, yb))
-                ):
-                    swaps.append((name, a1, a2))  # each took the other's preposition
-                elif moved:
-                    swaps.append((name, a1, a2))  # names reordered, prepositions not carried along
+                pa, pb = (ia[x], ia[y]), (ib[x], ib[y])
+                kind = self._pair(a, b, ma, mb, pa, pb, {x[0][2:], y[0][2:]} <= named)
+                if kind == "symmetric":
+                    symmetric.append((min(pa), max(pa)))
+                elif kind:
+                    swaps.append((f"{x[0][2:]}/{y[0][2:]}", min(pa), max(pa)))
         for name, a1, a2 in swaps:
             # "Is Alice as tall as Bob" / "Is Bob as tall as Alice": tall/Bob moved with the symmetric swap.
-            if not any(
-                (a1 in (s1, s2) and s1 < a2 < s2) or (a2 in (s1, s2) and s1 < a1 < s2) for s1, s2 in symmetric
-            ):
+            if not any((a1 in s and s[0] < a2 < s[1]) or (a2 in s and s[0] < a1 < s[1]) for s in symmetric):
                 return name
         return ""
+
+    def _pair(
+        self,
+        a: Sequence[Tok],
+        b: Sequence[Tok],
+        ma: list[str | None],
+        mb: list[str | None],
+        pa: tuple[int, int],
+        pb: tuple[int, int],
+        named: bool,
+    ) -> str:
+        """How one shared pair (x, y at `pa` in a, `pb` in b) differs: "" (not in a way that
+        matters), "symmetric" (swapped around and/or/vs/...), or why it is a swap."""
+        (xa, ya), (xb, yb) = pa, pb
+        inverted = (xa < ya) != (xb < yb)
+        exchanged = _exchanged(ma[xa], ma[ya], mb[xb], mb[yb])
+        if not inverted and not exchanged:
+            return ""
+        (a1, a2), (b1, b2) = sorted(pa), sorted(pb)
+        la, lb = _link(a, a1, a2), _link(b, b1, b2)
+        same = inverted and self._same_words(la, lb)
+        moved = (
+            inverted
+            and named
+            and (ma[xa], ma[ya]) != (mb[xb], mb[yb])
+            and not _compound(la, lb, a2 - a1, b2 - b1)
+        )
+        if not (same or exchanged or moved):
+            return ""
+        if _symmetric(la, a, a1, self.lexicon) or _symmetric(lb, b, b1, self.lexicon):
+            return "symmetric" if same else ""
+        if (
+            same
+            and _how_many(a, a1) == _how_many(b, b1)
+            and (la or _bare_same(a[a1 + 1 : a2], b[b1 + 1 : b2]))
+        ):
+            return "same link"  # the same words between them, the other way round
+        ends = ((a, xa), (a, ya), (b, xb), (b, yb))
+        if exchanged and not any(_quantified(t, i) or _how_many(t, i) for t, i in ends):
+            return "exchanged"  # each took the other's preposition
+        return "moved" if moved else ""  # names reordered, prepositions not carried along
 
     def _same_words(self, la: Sequence[Tok], lb: Sequence[Tok]) -> bool:
         return len(la) == len(lb) and all(self._same(x, y) for x, y in zip(la, lb, strict=True))
@@ -152,7 +166,7 @@ class Roles:
 
 
 def _owner_changed(
-    a: list[Tok], b: list[Tok], ia: dict[tuple[str, int], int], ib: dict[tuple[str, int], int]
+    a: Sequence[Tok], b: Sequence[Tok], ia: dict[tuple[str, int], int], ib: dict[tuple[str, int], int]
 ) -> str:
     """Both texts name an owner of the same thing, each a different one of their shared words:
     "Alice's salary ... Bob's" / "Bob's salary ... Alice's", "the mother of Bob" / "Alice's mother"."""
