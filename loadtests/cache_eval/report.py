@@ -53,10 +53,10 @@ def cosines(pairs: list[Pair], encode: Encode) -> np.ndarray:
 
 
 def _rates(pairs: list[Pair], hits: list[bool]) -> dict[str, object]:
-    """Served rate on positives, false-hit rate on negatives, and both per kind and per source."""
+    """Served rate on positives, false-hit rate on negatives; per kind, and both per source."""
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for p, hit in zip(pairs, hits, strict=True):
-        for key in (("kind", str(p["kind"])), ("source", str(p["source"])), ("all", str(p["same"]))):
+        for key in (("kind", str(p["kind"])), (str(p["source"]), str(p["same"])), ("all", str(p["same"]))):
             counts[key][0] += hit
             counts[key][1] += 1
 
@@ -75,7 +75,10 @@ def _rates(pairs: list[Pair], hits: list[bool]) -> dict[str, object]:
         "served": of(("all", "True")),
         "false_hit": of(("all", "False")),
         "by_kind": by_kind,
-        "by_source": {s: of(("source", s)) for _, s in sorted(k for k in counts if k[0] == "source")},
+        "by_source": {
+            src: {"served": of((src, "True")), "false_hit": of((src, "False"))}
+            for src in sorted({k[0] for k in counts} - {"kind", "all"})
+        },
     }
 
 
@@ -159,6 +162,9 @@ def table(report: dict[str, object]) -> str:
         lines.append(f"{kind:32s} {r['metric']:9s} {fmt(r)}")
     lines.append(f"{'all positives':32s} {'served':9s} {fmt(report['served'])}")  # type: ignore[arg-type]
     lines.append(f"{'all negatives':32s} {'false_hit':9s} {fmt(report['false_hit'])}")  # type: ignore[arg-type]
+    for src, r in report["by_source"].items():  # type: ignore[union-attr]
+        fh = "no negatives" if not r["false_hit"]["n"] else fmt(r["false_hit"])
+        lines.append(f"  source {src:24s} served {fmt(r['served'])}, false hits {fh}")
     cos = report["cosine_only"]
     lines.append(
         f"cosine >= floor alone, no verifier: served {fmt(cos['served'])}, "  # type: ignore[index]
