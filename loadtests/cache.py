@@ -204,7 +204,7 @@ async def lookups(var_dir: Path, sizes: list[int], probes: int, warmup: int = 0)
     from services.cache.keys import cache_key
     from services.cache.lookup import SemanticCache
     from services.cache.policy import CachePolicy
-    from services.cache.store import CacheStore
+    from services.cache.store import STATS_FIELD, CacheStore
     from shared.devstack.embedded.milvus import EmbeddedMilvus
 
     encode = service_encoder()
@@ -237,6 +237,7 @@ async def lookups(var_dir: Path, sizes: list[int], probes: int, warmup: int = 0)
                     vector=v.tolist(),
                     model_version="v1",
                 )
+                row[STATS_FIELD] = ""  # no checked reuses yet (services/cache/budget.py)
                 batch.append(row)
                 if len(batch) == 2000:
                     store.client.insert(store.collection, batch)
