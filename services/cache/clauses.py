@@ -39,6 +39,8 @@ class Tok:
     kind: str  # item, marker, conn, det, stop, neg, poss, punct, op
     key: str  # items: "w:stem", "n:17", "u:km"; others: the word
     word: str = ""
+    name: bool = False  # written as a name: capitalised inside a sentence, mixed case, acronym
+    cap: bool = False  # capitalised anywhere: the rest of a name ("Apple Pay accepts ...")
 
 
 def tokens(text: str, lexicon: WordNet | None = None) -> list[Tok]:
@@ -51,14 +53,16 @@ def tokens(text: str, lexicon: WordNet | None = None) -> list[Tok]:
         ends[u.start] = u.end
     out: list[Tok] = []
     skip_to = -1
+    start = True  # at a sentence's start, a capital says nothing of a name
     for m in _TOKEN.finditer(text):
         if m.start() < skip_to:
             continue
         if m.start() in units:
             out.append(Tok("item", "u:" + "+".join(units[m.start()])))
             skip_to = ends[m.start()]
-            continue
-        out += _word_tokens(m.group(), lexicon)
+        else:
+            out += _word_tokens(m.group(), lexicon, start)
+        start = m.group() in (".", "!", "?")
     return _active(out, lexicon)
 
 
@@ -68,7 +72,9 @@ def cached_tokens(text: str, lexicon: WordNet | None) -> tuple[Tok, ...]:
     return tuple(tokens(text, lexicon))
 
 
-def _word_tokens(raw: str, lexicon: WordNet | None) -> list[Tok]:
+def _word_tokens(raw: str, lexicon: WordNet | None, start: bool = False) -> list[Tok]:
+    """One word as tokens (a hyphenated word as its parts, "n't" as "not", "'s" of a noun as
+    a possessive), items marked where written as a name."""
     low = raw.lower()
     if raw[0].isdigit():
         return [Tok("item", "n:" + raw.replace(",", ""))]
@@ -77,7 +83,7 @@ def _word_tokens(raw: str, lexicon: WordNet | None) -> list[Tok]:
             return [Tok("conn", raw)]
         return [Tok("op" if raw in _OPS else "punct", raw)]
     if len(raw) > 1 and raw.isupper() and raw.isalpha():
-        return [Tok("item", "w:" + low, low)]  # an acronym: US is not "us", IT not "it"
+        return [Tok("item", "w:" + low, low, True, True)]  # an acronym: US is not "us", IT not "it"
     tail: list[Tok] = []
     if low.endswith("n't"):
         low, tail = low[:-3], [Tok("neg", "not")]
@@ -87,8 +93,12 @@ def _word_tokens(raw: str, lexicon: WordNet | None) -> list[Tok]:
             tail = [Tok("poss", "'s")]
         low = base
     out: list[Tok] = []
-    for part in filter(None, low.split("-")):
-        out.append(_word(part, lexicon))
+    for n, part in enumerate(p for p in raw[: len(low)].split("-") if p):
+        t = _word(part.lower(), lexicon)
+        if t.kind == "item" and part.lower() != part:
+            name = part[0].isupper() and not (start and n == 0) or any(c.isupper() for c in part[1:])
+            t = Tok("item", t.key, t.word, name, True)
+        out.append(t)
     return out + tail
 
 

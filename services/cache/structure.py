@@ -72,7 +72,16 @@ def _items(toks: Sequence[Tok]) -> dict[tuple[str, int], int]:
 
 
 def _link(toks: Sequence[Tok], i: int, j: int) -> list[Tok]:
-    return [t for t in toks[i + 1 : j] if t.kind not in ("det", "stop")]
+    """The words between items i and j, articles and stop words aside, and the rest of either
+    one's name too ("Apple [Pay] accepts Tesco" links Apple to Tesco by "accepts")."""
+    link = [t for t in toks[i + 1 : j] if t.kind not in ("det", "stop")]
+    if toks[i].cap:
+        while link and link[0].cap and link[0].kind == "item":
+            link.pop(0)
+    if toks[j].cap:
+        while link and link[-1].cap and link[-1].kind == "item":
+            link.pop()
+    return link
 
 
 class Roles:
@@ -81,10 +90,10 @@ class Roles:
     def __init__(self, lexicon: WordNet | None = None) -> None:
         self.lexicon = lexicon
 
-    def swapped(self, new: str, old: str, named: frozenset[str] = frozenset()) -> str:
-        """The two words whose roles the texts exchange ("17/45"), or "" when none do. `named`:
-        stems of the named entities of both texts, whose order may change only where each keeps
-        its preposition ("to Rome from Paris") or they are joined symmetrically."""
+    def swapped(self, new: str, old: str) -> str:
+        """The two words whose roles the texts exchange ("17/45"), or "" when none do. Names
+        (written as names in either text) may change order only where each keeps its preposition
+        ("to Rome from Paris"), or where they are joined symmetrically."""
         a, b = cached_tokens(new, self.lexicon), cached_tokens(old, self.lexicon)
         ia, ib = _items(a), _items(b)
         common = [k for k in ia if k in ib]
@@ -94,12 +103,13 @@ class Roles:
         if owner:
             return owner
         ma, mb = _markers(a), _markers(b)
+        named = {t.key for t in (*a, *b) if t.name}
         swaps: list[tuple[str, int, int]] = []
         symmetric: list[tuple[int, int]] = []  # spans in `a` of pairs swapped around a symmetric link
         for n, x in enumerate(common):
             for y in common[n + 1 :]:
                 pa, pb = (ia[x], ia[y]), (ib[x], ib[y])
-                kind = self._pair(a, b, ma, mb, pa, pb, {x[0][2:], y[0][2:]} <= named)
+                kind = self._pair(a, b, ma, mb, pa, pb, {x[0], y[0]} <= named)
                 if kind == "symmetric":
                     symmetric.append((min(pa), max(pa)))
                 elif kind:

@@ -204,7 +204,7 @@ class Verifier:
         en, eo = [stem_of(e) for e in entities(new)], [stem_of(e) for e in entities(old)]  # Sundays ~ Sunday
         if _entity_missing(en, old) or _entity_missing(eo, new):
             return Verdict(False, "entities")
-        if self.roles.swapped(full_new, full_old, frozenset(en) & frozenset(eo)):
+        if self.roles.swapped(full_new, full_old):
             return Verdict(False, "order")
         slot = slot_changed(new, old, self.lexicon)
         if slot:

@@ -53,6 +53,9 @@ SWAPS = [
     ("Translate 'good morning' from English to French", "Translate 'good morning' from French to English"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?"),
     ("Can a UK citizen work in the US?", "Can a US citizen work in the UK?"),  # US is not "us"
+    # Names of several words: the rest of a name is not what links two names.
+    ("Does Tesco accept Apple Pay?", "Does Apple Pay accept Tesco?"),
+    ("Is New York bigger than Los Angeles?", "Is Los Angeles bigger than New York?"),
     ("Who is Alice's brother's wife?", "Who is Alice's wife's brother?"),
     ("Is Alice Bob's mother?", "Is Bob Alice's mother?"),
     ("What is the ratio of boys to girls?", "What is the ratio of girls to boys?"),
