@@ -8,6 +8,8 @@ the similarity floor still has to agree with the new prompt on:
   MB/megabytes, °C/degrees Celsius, $5/5 USD), with case where a convention gives it meaning
   (Mb megabit, MB megabyte), each number bound to the same unit ("5 km to miles" is not "5 miles
   to km"); megabits vs megabytes, % vs percentage points, 5k vs 5 million differ;
+- relative time (services/cache/when.py): tomorrow, next week, last Monday, the day before X must
+  agree ("this weekend" / "next weekend"); today, tonight, this week are the default present;
 - polarity: negation words (not/no/never/n't/without/...) and negative-polarity verbs
   (avoid/ban/stop/exclude/...) counted together, parity must agree;
 - antonymy: a lexicon of opposite pairs compared on stems (open/closed, weekdays/weekends,
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from .lexicon import WordNet, wordnet
 from .structure import Roles
 from .units import units_differ, without_units
+from .when import time_differs
 from .words import (
     ANTONYM_STEMS,
     CONTRACTION,
@@ -196,6 +199,9 @@ class Verifier:
             return Verdict(False, "numbers")
         if units:
             return Verdict(False, f"units:{units}")
+        when = time_differs(new, old)
+        if when:
+            return Verdict(False, f"time:{when}")
         if negations(new) % 2 != negations(old) % 2:
             return Verdict(False, "negation")
         opp = opposite(new, old)

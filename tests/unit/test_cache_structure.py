@@ -165,6 +165,40 @@ SAME = [
 ]
 
 
+# Another day, with the same words and numbers.
+TIME_CHANGES = [
+    (
+        "What's the weather forecast for Madrid this weekend?",
+        "What's the weather forecast for Madrid next weekend?",
+    ),
+    ("Book a dentist appointment for tomorrow.", "Book a dentist appointment for the day after tomorrow."),
+    ("Remind me to call the bank this evening.", "Remind me to call the bank tomorrow evening."),
+    ("Are there flights to Delhi on Diwali?", "Are there flights to Delhi on the day before Diwali?"),
+    ("Who is on call this week?", "Who is on call last week?"),
+    ("What did I spend last month?", "What did I spend this coming month?"),
+]
+SAME_TIME = [
+    ("What's the weather in Paris tomorrow?", "What's tomorrow's forecast for Paris?"),
+    ("What's on at the cinema tonight?", "What's on at the cinema this evening?"),
+    ("Who is on call this weekend?", "Who is on call at the weekend?"),
+    ("Any gigs in Leeds next week?", "Any gigs in Leeds the following week?"),
+    ("Why is my bill higher this month?", "Why is my bill higher this month than last month?"),
+    ("When is the deadline to drop a class?", "What's the last day I can drop a class?"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), TIME_CHANGES)
+def test_another_day_is_refused_both_ways(old: str, new: str) -> None:
+    assert verdict(old, new, 0.99).startswith("time:")
+    assert verdict(new, old, 0.99).startswith("time:")
+
+
+@pytest.mark.parametrize(("old", "new"), SAME_TIME)
+def test_the_same_day_in_other_words_passes(old: str, new: str) -> None:
+    assert not verdict(old, new, 0.99).startswith("time:")
+    assert not verdict(new, old, 0.99).startswith("time:")
+
+
 @pytest.mark.parametrize(("old", "new"), SWAPS)
 def test_swapped_roles_are_refused_both_ways(old: str, new: str) -> None:
     assert verdict(old, new, 0.99) == "order"
@@ -230,7 +264,7 @@ def test_the_checks_stay_cheap() -> None:
     prompts it has not seen (the caches cleared)."""
     from services.cache import clauses, units
 
-    pairs = SWAPS + UNIT_CHANGES + SAME
+    pairs = SWAPS + UNIT_CHANGES + SAME + TIME_CHANGES + SAME_TIME
     V.check("warm", "up", 0.9)
     t0 = time.perf_counter()
     for old, new in pairs:
