@@ -7,7 +7,9 @@ may mean: a set, because some spellings are ambiguous ("mb" is megabytes or mega
 dollar, "20 degrees" Celsius or Fahrenheit); two mentions agree when their sets meet. Symbols keep
 their case where the convention gives it meaning (Mb megabit, MB megabyte, mW/MW); an all-lower or
 all-upper spelling that no convention fixes is read as every unit it could be. Short symbols that
-are also words or names ("m", "in", "MS", "hp", "bar") count only right after a number.
+are also words or names ("m", "MS", "hp", "bar") count only right after a number; weak words
+also after "how many" ("How many pounds is $100?"), except calendar words ("How many days does
+delivery take?" names no unit).
 """
 
 from __future__ import annotations
