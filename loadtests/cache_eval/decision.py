@@ -6,7 +6,10 @@ cosine is known, with the policy and verifier built as stage.py builds them from
 - it is served when its own threshold (`budget.threshold` of its checked reuses) accepts the
   similarity and `verifier.check(new prompt, stored prompt, similarity)` passes; the stored
   prompt is the cached text cut to 2,000 characters, as store.py writes it. Every entry here is
-  fresh (each `a` cached once, never reused), so its threshold is the tenant's floor.
+  fresh (each `a` cached once, never reused), so its threshold is the tenant's floor;
+- the verifier's verdict is then reviewed by the learned pair model (services/cache/pairmodel.py,
+  issue #35): a pass it doubts is vetoed, a refusal only for the new-words floors it is sure of
+  is served. Settings' `cache_pair_model` (when that field exists; on by default) turns it off.
 When lookup.py decides otherwise (another check, another threshold), change this function and
 nothing else: every figure the evaluation reports goes through it.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 
 from services.cache.budget import EntryStats, threshold
+from services.cache.pairmodel import MODEL_PATH, PairModel
 from services.cache.policy import CachePolicy
 from services.cache.stage import policy_from
 from services.cache.verify import Verifier
@@ -33,6 +37,14 @@ def _cache_parts() -> tuple[CachePolicy, Verifier]:
     return policy_from(s), verifier
 
 
+@cache
+def _pair_model() -> PairModel | None:
+    """The committed pair model with the verifier's lexicon, unless settings turn it off."""
+    if not getattr(Settings(), "cache_pair_model", True) or not MODEL_PATH.exists():
+        return None
+    return PairModel.load(lexicon=_cache_parts()[1].lexicon)
+
+
 def default_floor(tenant: str = "") -> float:
     """The similarity floor the cache applies to this tenant (SY_CACHE_SIMILARITY_FLOOR, or the tenant's)."""
     return _cache_parts()[0].floor_for(tenant)
@@ -48,4 +60,7 @@ def decide(a: str, b: str, cosine: float, floor: float | None = None, tenant: st
         return False  # not among the candidates lookup.py checks
     if not threshold(EntryStats(), prior, lowest, policy.target_for(tenant)).accepts(cosine):
         return False
-    return verifier.check(b, a[:STORED_PROMPT_CHARS], cosine).ok
+    old = a[:STORED_PROMPT_CHARS]
+    verdict = verifier.check(b, old, cosine)
+    model = _pair_model()
+    return (verdict if model is None else model.review(b, old, cosine, verdict)).ok

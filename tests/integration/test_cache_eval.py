@@ -18,6 +18,7 @@ from loadtests import cache_eval
 from loadtests.cache_data import KINDS, SPLIT_SEED, load
 from loadtests.cache_eval import report as report_mod
 from services.cache.policy import CachePolicy
+from services.cache.verify import Verdict
 from shared.runtime.config import Settings
 
 
@@ -112,7 +113,7 @@ def test_decide_asks_the_verifier_as_lookup_does(monkeypatch: pytest.MonkeyPatch
     class Spy:
         def check(self, new: str, old: str, similarity: float) -> object:
             calls.append((new, old, similarity))
-            return type("Verdict", (), {"ok": False})()
+            return Verdict(False, "spy")
 
     monkeypatch.setattr(decision, "_cache_parts", lambda: (CachePolicy(floor=0.8), Spy()))
     long_a = "What is the boiling point of water? " * 100
