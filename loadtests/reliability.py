@@ -142,7 +142,9 @@ def soak_row(out: Path) -> dict[str, str] | None:
             f"{'pass' if s['passed'] else 'FAIL'}: {s['completed']}/{s['requests']} answered, "
             f"{s['errors']} errors, restarts {s['restarts'] or 'none'}; e2e p50 {s['e2e_p50_ms']} ms, "
             f"p99 {s['e2e_p99_ms']} ms; RSS slope in the last third ≤ {worst['mib_per_h']} MiB/h "
-            f"({worst['process']}; bound {s['max_slope_mib_per_h']:g}), after warm-up up to {steep[1]} MiB/h "
+            f"({worst['process']}; bound {s['max_slope_mib_per_h']:g}"
+            f"{'' if s.get('slopes_judged', True) else ', not judged in a run this short'}), "
+            f"after warm-up up to {steep[1]} MiB/h "
             f"({steep[0]}, fading); data kept by stores: {stores}"
         ),
     }

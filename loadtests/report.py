@@ -133,14 +133,56 @@ def capacity_section(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested measures as one level ("hop p50 ms / hop:sy.routing"); a list of numbers stays one
+    cell; a list of rows or a markdown table is left to `_extra`."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k.replace('_', ' ')}"
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{key} / "))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            continue  # rows: a table of their own
+        elif isinstance(v, str) and v.lstrip().startswith("|"):
+            continue  # a ready markdown table
+        else:
+            out[key] = ", ".join(_fmt(x) for x in v) if isinstance(v, list) else v
+    return out
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> list[str]:
+    """A list of result rows (one per concurrency, size, ...) as one column each, a measure a row;
+    the first measure (what the rows vary) names the columns."""
+    flat = [_flat(r) for r in rows]
+    keys = list(dict.fromkeys(k for r in flat for k in r))
+    first, rest = keys[0], keys[1:]
+    headers = ["measure"] + [f"{first} {_fmt(r.get(first, '?'))}" for r in flat]
+    return _table(headers, [[k] + [r.get(k, "") for r in flat] for k in rest])
+
+
+def _extra(summary: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for k, v in summary.items():
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            out += ["", f"{k.replace('_', ' ')}:", ""] + _rows_table(v)
+        elif isinstance(v, str) and v.lstrip().startswith("|"):
+            out += ["", v.strip()]
+    return out
+
+
 def generic_section(name: str, data: dict[str, Any]) -> list[str]:
+    """The summary as measure/value rows; a list of rows (e.g. one per concurrency) as a table."""
     summary = data.get("summary", data)
-    flat = (
-        {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
-        if isinstance(summary, dict)
-        else {}
-    )
-    return _heading(name, name, run=data.get("run")) + _kv_table(flat)
+    head = _heading(name, name, run=data.get("run"))
+    if isinstance(summary, list) and all(isinstance(x, dict) for x in summary):
+        return head + _rows_table(summary)
+    if not isinstance(summary, dict):
+        return head + [_fmt(summary)]
+    return head + _kv_table_flat(_flat(summary)) + _extra(summary)
+
+
+def _kv_table_flat(rows: dict[str, Any]) -> list[str]:
+    return _table(["measure", "value"], [[k, v] for k, v in rows.items()])
 
 
 STORES = {"broker", "milvus"}

@@ -7,7 +7,9 @@ least-squares line through a process's samples, in MiB per hour, twice: after th
 last four fifths) and in the last third. A leak keeps its slope; warm-up growth (allocator
 arenas, tokenizer and prefix caches, first shapes through the engine) fades, so the verdict is on
 the last third. Pass: every request answered without error, no process restarted, and no
-service's late slope above MAX_SLOPE_MIB_PER_H.
+service's late slope above MAX_SLOPE_MIB_PER_H. Slopes are judged only for runs of at least
+JUDGE_SLOPES_AFTER_S: in the 4-minute quick run the last third is 80 s, still inside the vLLM
+worker's warm-up, so it reports the slopes and leaves the memory verdict to the full run.
 
 The broker and Milvus are stores: they grow with the data they keep (the embedded broker's memory
 storage has no retention; Milvus keeps cache entries until their TTL). Their growth is reported
@@ -36,6 +38,7 @@ from .hostile import HOSTILE_SHARE, Hostile, dlq_verdict, produce_hostile, read_
 
 # A leak of ~9 KiB per request at 2 requests/s; allocator noise on these services is far below.
 MAX_SLOPE_MIB_PER_H = 64.0
+JUDGE_SLOPES_AFTER_S = 900.0  # a shorter run's last third is still warm-up
 SAMPLE_EVERY_S = 10.0
 
 
@@ -88,7 +91,11 @@ def memory_summary(rows: list[dict[str, Any]], warmup_s: float) -> dict[str, dic
 
 
 def verdict(
-    memory: dict[str, dict[str, Any]], errors: dict[str, int], restarts: dict[str, Any], requests: int
+    memory: dict[str, dict[str, Any]],
+    errors: dict[str, int],
+    restarts: dict[str, Any],
+    requests: int,
+    judge_slopes: bool = True,
 ) -> dict[str, Any]:
     services = {n: m for n, m in memory.items() if n not in STORES}
     late = {
@@ -110,7 +117,10 @@ def verdict(
         "rss_end_mib": {n: m["rss_end_mib"] for n, m in memory.items()},
         "stores_data_growth": stores,
         "max_slope_mib_per_h": MAX_SLOPE_MIB_PER_H,
-        "passed": not errors and not restarts and all(v <= MAX_SLOPE_MIB_PER_H for v in late.values()),
+        "slopes_judged": judge_slopes,
+        "passed": not errors
+        and not restarts
+        and (not judge_slopes or all(v <= MAX_SLOPE_MIB_PER_H for v in late.values())),
     }
 
 
@@ -174,7 +184,7 @@ async def run(out: Path, quick: bool = False, duration_s: float | None = None) -
     memory = memory_summary(rows, warmup_s=duration / 5)
     e2e = sorted(r["e2e_ms"] for r in reqs if r["status"] == 200 and "error" not in r)
     dlq = dlq_verdict(hostile, len(refused), letters)
-    judged = verdict(memory, errors, restarts, len(reqs))
+    judged = verdict(memory, errors, restarts, len(reqs), judge_slopes=duration >= JUDGE_SLOPES_AFTER_S)
     summary = {
         "duration_s": duration,
         "rate_rps": sc.rate_rps,
