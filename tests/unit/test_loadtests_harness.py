@@ -38,10 +38,24 @@ def test_a_written_result_is_what_the_report_reads(tmp_path: Path) -> None:
     assert "## pipeline-vs-engine" in page and "| ratio | 0.912 |" in page
 
 
-def test_a_list_summary_renders_an_empty_table_as_before(tmp_path: Path) -> None:
-    """pipeline-vs-engine's summary is its comparison list: the section keeps only its heading."""
-    write_result(tmp_path, "pipeline-vs-engine", {"summary": [{"concurrency": 1}]})
-    assert "`python -m loadtests pipeline-vs-engine`\n\n| measure | value |\n|---|---|\n" in render(tmp_path)
+def test_a_list_summary_renders_one_column_per_row(tmp_path: Path) -> None:
+    """pipeline-vs-engine's summary is a list of rows, one per concurrency: a column each, nested
+    measures flattened, so the page shows every figure (an empty table before)."""
+    rows = [
+        {"concurrency": 1, "ratio": 0.9, "hop_p50_ms": {"hop:sy.routing": 2.5}},
+        {"concurrency": 8, "ratio": 0.8, "hop_p50_ms": {"hop:sy.routing": 6.7}},
+    ]
+    write_result(tmp_path, "pipeline-vs-engine", {"summary": rows})
+    page = render(tmp_path)
+    assert "| measure | concurrency 1 | concurrency 8 |" in page
+    assert "| ratio | 0.9 | 0.8 |" in page and "| hop p50 ms / hop:sy.routing | 2.5 | 6.7 |" in page
+
+
+def test_a_ready_markdown_table_is_printed_as_a_table(tmp_path: Path) -> None:
+    table = "| scenario | result |\n|---|---|\n| crash | pass |"
+    write_result(tmp_path, "reliability", {"summary": {"all_passed": True, "table": table}})
+    page = render(tmp_path)
+    assert "\n| crash | pass |" in page and "| table |" not in page
 
 
 def test_the_engine_result_line_is_found_among_the_engines_logs() -> None:
