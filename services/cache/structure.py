@@ -139,7 +139,8 @@ class Roles:
             return ""
         (a1, a2), (b1, b2) = sorted(pa), sorted(pb)
         la, lb = _link(a, a1, a2), _link(b, b1, b2)
-        same = inverted and self._same_words(la, lb)
+        ha, hb = _without_premodifiers(a, la, a2), _without_premodifiers(b, lb, b2)
+        same = inverted and (self._same_words(la, lb) or bool(ha) and self._same_words(ha, hb))
         moved = (
             inverted
             and named
@@ -212,6 +213,15 @@ def _owners(toks: Sequence[Tok]) -> dict[int, int]:
                 else:
                     out[i - 1] = end - 1
     return out
+
+
+def _without_premodifiers(toks: Sequence[Tok], link: list[Tok], j: int) -> list[Tok]:
+    """The link less the words right before item j that modify it: "a credit card pays off a
+    [personal] loan" / "a personal loan pays off a [credit] card" link card and loan alike."""
+    n = 0
+    while j - n - 1 >= 0 and toks[j - n - 1].kind == "item" and n < len(link):
+        n += 1
+    return link[: len(link) - n]
 
 
 def _compound(la: Sequence[Tok], lb: Sequence[Tok], gap_a: int, gap_b: int) -> bool:

@@ -53,6 +53,8 @@ SWAPS = [
     ("Translate 'good morning' from English to French", "Translate 'good morning' from French to English"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?"),
     ("Can a UK citizen work in the US?", "Can a US citizen work in the UK?"),  # US is not "us"
+    # The second word's own modifiers are not part of the link.
+    ("Can a credit card pay off a personal loan?", "Can a personal loan pay off a credit card?"),
     # Names of several words: the rest of a name is not what links two names.
     ("Does Tesco accept Apple Pay?", "Does Apple Pay accept Tesco?"),
     ("Is New York bigger than Los Angeles?", "Is Los Angeles bigger than New York?"),
