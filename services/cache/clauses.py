@@ -27,6 +27,8 @@ _DET = set(
     "a an the my your our their his her its this that these those some any each every all both".split()
 )
 _OPS = {"-", "/", "÷", "^", "<", ">", "%"}
+_PRONOUNS = {"i": "I", "me": "I", "we": "we", "us": "we", "he": "he", "him": "he", "she": "she"}
+_PRONOUNS |= {"they": "they", "them": "they"}
 _AUX = {"is", "are", "was", "were", "be", "been", "being", "am", "get", "gets", "got", "gotten", "getting"}
 _NO_PASSIVE = {
     stem_of(w) for w in "divided multiplied subtracted added raised rounded increased decreased".split()
@@ -103,6 +105,8 @@ def _word_tokens(raw: str, lexicon: WordNet | None, start: bool = False) -> list
 
 
 def _word(w: str, lexicon: WordNet | None) -> Tok:
+    if w in _PRONOUNS:  # "my flatmate owes me" / "I owe my flatmate": a person in a role
+        return Tok("item", "w:" + _PRONOUNS[w], w)
     if w in _MARKERS:
         return Tok("marker", _MARKERS[w], w)
     if w in _CONN:

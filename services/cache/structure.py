@@ -33,13 +33,15 @@ from .words import stem_of
 _OP_WORDS = {
     stem_of(w) for w in "minus subtract subtracted divide divided over mod modulo power root".split()
 }
-# Words that make "X with/to/and/from Y" symmetric when they come before X.
+# Words that make "X with/to/and/from Y" symmetric when they come before X (stems; "far" and a
+# few other words as written: "fare" is not "far").
 _SYM_VERBS = {
     stem_of(w)
     for w in """compare compared comparison contrast mix combine merge connect link pair match swap
-    exchange distinguish difference differences differ distance far correlation relationship
-    similarity between both""".split()
+    exchange distinguish difference differences differ distance correlation relationship
+    similarity""".split()
 }
+_SYM_WORDS = {"far", "between", "both"}
 _SYM_LINKS = [
     tuple(stem_of(w) for w in p.split())
     for p in """equal to|same as|similar to|different from|differ from|equivalent to|married to|next to
@@ -276,8 +278,11 @@ def _symmetric(link: Sequence[Tok], toks: Sequence[Tok], first: int, lexicon: Wo
     if keys in _SYM_LINKS or (len(keys) == 3 and keys[0] == keys[2] == "as"):
         return True
     if keys in (("with",), ("to",), ("and",), ("from",), ("vs",)):
-        before = {t.key[2:] for t in toks[:first] if t.kind == "item"} | {t.key for t in toks[:first]}
-        return bool(before & _SYM_VERBS) or (keys == ("vs",) and not _asks_how_much_more(toks, lexicon))
+        before = {t.key[2:] for t in toks[:first] if t.kind == "item"}
+        words = {t.word for t in toks[:first]}
+        return bool(before & _SYM_VERBS or words & _SYM_WORDS) or (
+            keys == ("vs",) and not _asks_how_much_more(toks, lexicon)
+        )
     return False
 
 

@@ -53,6 +53,10 @@ SWAPS = [
     ("Translate 'good morning' from English to French", "Translate 'good morning' from French to English"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?"),
     ("Can a UK citizen work in the US?", "Can a US citizen work in the UK?"),  # US is not "us"
+    # Pronouns fill roles too; "fare" is not "far" (how far is symmetric).
+    ("My flatmate owes me £200, how do I get it back?", "I owe my flatmate £200, how do I get it back?"),
+    ("Can I bring my child to work?", "Can my child bring me to work?"),
+    ("What's the train fare from Leeds to York?", "How much is a train ticket York to Leeds?"),
     # The second word's own modifiers are not part of the link.
     ("Can a credit card pay off a personal loan?", "Can a personal loan pay off a credit card?"),
     # Names of several words: the rest of a name is not what links two names.
@@ -149,6 +153,8 @@ SAME = [
         "I want to return a jacket I ordered online, what do I do?",
     ),
     ("How many times a day does a parrot need feeding?", "How often a day should I feed my parrot?"),
+    ("Can my boss make me work on a bank holiday?", "Can I be made to work on a bank holiday by my boss?"),
+    ("Can they charge me for a late return?", "Can I be charged for a late return?"),
     # Units in another spelling.
     ("Convert 5 km to miles", "Convert 5 kilometres to miles"),
     ("What is 20 degrees Celsius in Fahrenheit?", "What is 20 °C in °F?"),
