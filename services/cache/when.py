@@ -2,7 +2,8 @@
 appointment tomorrow" and "the day after tomorrow" share every number and nearly every word (cosine
 0.95-0.99), and ask about different days.
 
-`shifts(text)` lists the time references that move away from now: tomorrow, yesterday, next/last
+`shifts(text)` lists the time references that move away from now: tomorrow, yesterday, ago ("2
+weeks ago" is not "in 2 weeks"), next/last
 + a time word (next week, last Monday, the coming weekend; not "the last day", "the last week of
 June", which are final, nor "than last month", which is what the question compares with), and a
 time word + before/after ("the day before Diwali", "the week after Easter"). The present is the default and is not listed: today,
@@ -32,7 +33,7 @@ def shifts(text: str) -> Counter[str]:
     out: Counter[str] = Counter()
     for i, w in enumerate(words):
         nxt = words[i + 1] if i + 1 < len(words) else ""
-        if w in ("tomorrow", "yesterday") and not (i > 1 and words[i - 1] in ("after", "before")):
+        if w in ("tomorrow", "yesterday", "ago") and not (i > 1 and words[i - 1] in ("after", "before")):
             out[w] += 1
         elif w in _UNITS and nxt in ("after", "before"):
             out[f"{w.rstrip('s')}:{nxt}"] += 1  # the day after tomorrow, the week before Easter

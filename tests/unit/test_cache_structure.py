@@ -184,6 +184,7 @@ TIME_CHANGES = [
     ("Are there flights to Delhi on Diwali?", "Are there flights to Delhi on the day before Diwali?"),
     ("Who is on call this week?", "Who is on call last week?"),
     ("What did I spend last month?", "What did I spend this coming month?"),
+    ("Was the payment made 2 weeks ago?", "Will the payment be made in 2 weeks?"),
 ]
 SAME_TIME = [
     ("What's the weather in Paris tomorrow?", "What's tomorrow's forecast for Paris?"),
