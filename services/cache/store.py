@@ -50,6 +50,9 @@ OUT_FIELDS = [
 ]
 STATS_FIELD = "stats"  # the entry's checked reuses (budget.py), "" = none yet
 STATS_MAX = 32768  # 1,001 bins of "bin:correct:wrong," at most 21 characters each
+# Every field of a row, to write it again (a stats rewrite)
+ROW_FIELDS = ["id", *SCOPE_FIELDS, "model_version", "exact_key", "request_id", "prompt", "response"]
+ROW_FIELDS += ["created_ms", "expires_ms", STATS_FIELD, "vector"]
 CONSISTENCY = "Eventually"  # lookups and counts: never wait for a time tick
 WRITE_CONSISTENCY = "Session"  # the write path's reads: see this process' own inserts
 
@@ -296,7 +299,7 @@ class CacheStore:
             rows = self.client.query(
                 self.collection,
                 filter=f"id == {lit(entry_id)} and tenant == {lit(tenant)}",
-                output_fields=["*"],
+                output_fields=ROW_FIELDS,
                 limit=1,
                 consistency_level=WRITE_CONSISTENCY,
             )
