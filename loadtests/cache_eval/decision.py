@@ -9,7 +9,7 @@ cosine is known, with the policy and verifier built as stage.py builds them from
   fresh (each `a` cached once, never reused), so its threshold is the tenant's floor;
 - the verifier's verdict is then reviewed by the learned pair model (services/cache/pairmodel.py,
   issue #35): a pass it doubts is vetoed, a refusal only for the new-words floors it is sure of
-  is served. Settings' `cache_pair_model` (when that field exists; on by default) turns it off.
+  is served. SY_CACHE_PAIR_MODEL=false (or SY_CACHE_VERIFY=false) turns it off, as in stage.py.
 When lookup.py decides otherwise (another check, another threshold), change this function and
 nothing else: every figure the evaluation reports goes through it.
 """
@@ -40,7 +40,8 @@ def _cache_parts() -> tuple[CachePolicy, Verifier]:
 @cache
 def _pair_model() -> PairModel | None:
     """The committed pair model with the verifier's lexicon, unless settings turn it off."""
-    if not getattr(Settings(), "cache_pair_model", True) or not MODEL_PATH.exists():
+    s = Settings()
+    if not (s.cache_pair_model and s.cache_verify) or not MODEL_PATH.exists():
         return None
     return PairModel.load(lexicon=_cache_parts()[1].lexicon)
 

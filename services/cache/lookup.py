@@ -25,10 +25,11 @@ from .budget import threshold
 from .embed import BatchingEmbedder
 from .front import ExactFront
 from .keys import CacheKey, cache_key, entry_id
+from .pairmodel import PairModel
 from .policy import CachePolicy
 from .shadow import Checks
 from .store import CacheStore, Entry, Purge, now_ms
-from .verify import Verifier
+from .verify import Verdict, Verifier
 from .versions import LiveVersions
 
 T = TypeVar("T")
@@ -95,8 +96,10 @@ class SemanticCache:
         versions: LiveVersions | None = None,
         front: ExactFront | None = None,
         checks: Checks | None = None,
+        pair_model: PairModel | None = None,
     ) -> None:
         self.store, self.embedder, self.policy = store, embedder, policy
+        self.pair_model = pair_model  # the learned review of the verifier's verdict (pairmodel.py)
         self.checks = checks if checks is not None else Checks("", 0.0)  # 0: no shadows, no learning
         self.front = front if front is not None else ExactFront()
         self.verifier = verifier or Verifier()
@@ -229,11 +232,11 @@ class SemanticCache:
                     exploring = self.checks.sample()  # one draw per lookup
                 if exploring and out.explore is None:
                     checked += 1
-                    if self.verifier.check(key.text, c.prompt, c.similarity).ok:
+                    if self._verify(key.text, c.prompt, c.similarity).ok:
                         out.explore = (c.id, c.similarity)
                 continue
             checked += 1
-            v = self.verifier.check(key.text, c.prompt, c.similarity)
+            v = self._verify(key.text, c.prompt, c.similarity)
             if v.ok:
                 out.hit, out.tier, out.entry, out.similarity, out.reason = (
                     True,
@@ -248,6 +251,12 @@ class SemanticCache:
             out.reason = f"verifier:{v.reason}"
         out.reason = out.reason or refused
         return checked
+
+    def _verify(self, new: str, old: str, similarity: float) -> Verdict:
+        """The verifier's verdict, reviewed by the pair model where one is loaded: it vetoes
+        passes it doubts and serves only new-words refusals it is sure of."""
+        v = self.verifier.check(new, old, similarity)
+        return v if self.pair_model is None else self.pair_model.review(new, old, similarity, v)
 
     def _from_front(self, key: CacheKey, live: frozenset[str], at_ms: int | None) -> Entry | None:
         hit = self.front.get(key.tenant, key.exact, live, at_ms)

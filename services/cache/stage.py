@@ -27,6 +27,7 @@ from shared.runtime.telemetry import get_logger
 from .embed import BatchingEmbedder, load_minilm, load_onnx_minilm, load_triton_minilm
 from .front import ExactFront
 from .lookup import Outcome, SemanticCache
+from .pairmodel import PairModel
 from .policy import CachePolicy
 from .shadow import Checks
 from .store import CacheStore, Purge
@@ -216,6 +217,10 @@ class CacheStage:
             versions=LiveVersions(s.cache_model_version_window_s),
             front=ExactFront(s.cache_front_entries),
             checks=Checks(s.internal_token.get_secret_value(), s.cache_shadow_rate, s.cache_shadow_agreement),
+            # Off with the verifier: the model reviews verdicts, it does not replace them.
+            pair_model=PairModel.load(lexicon=verifier.lexicon)
+            if s.cache_pair_model and s.cache_verify
+            else None,
         )
         self.ready.set()
         log.info("cache ready", uri=s.milvus_uri, collection=s.milvus_collection)

@@ -24,7 +24,11 @@ from services.cache.verify import Verdict
 # (cached prompt, new prompt, cosine): different questions that a verifier pass must not serve.
 # The first three pass the verifier as it stands.
 HOSTILE = [
-    ("How long should I roast a whole chicken?", "What temperature should I roast a whole chicken at?", 0.857),
+    (
+        "How long should I roast a whole chicken?",
+        "What temperature should I roast a whole chicken at?",
+        0.857,
+    ),
     ("Who taught Plato?", "Who did Plato teach?", 0.970),
     ("Where can I park near the stadium?", "When can I park near the stadium?", 0.917),
     ("Can I bring my dog on the train this weekend?", "Can I bring my dog on the train next weekend?", 0.988),
@@ -155,3 +159,51 @@ def test_cost_per_pair_is_measured(model: PairModel) -> None:
     print(
         f"pair model: {(t1 - t0) / len(pairs) * 1e6:.0f} us/pair cold, {(t2 - t1) / len(pairs) * 1e6:.0f} warm"
     )
+
+
+def test_the_cache_lookup_reviews_with_the_model(model: PairModel) -> None:
+    """SemanticCache (lookup.py, as stage.py builds it) serves a verifier pass the model doubts
+    only without the model: the live path, not just the evaluation, goes through it."""
+    import asyncio
+    from dataclasses import replace
+
+    from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
+
+    from services.cache.lookup import SemanticCache
+    from services.cache.policy import CachePolicy
+    from services.cache.store import Entry
+    from shared.runtime.envelope import Envelope, Kind
+
+    old, new, cos = HOSTILE[0]
+    entry = Entry("e1", old, b"", "r0", 2**62, model_version="v1")
+
+    class Store:
+        has_stats = False
+
+        def search(self, key, vec, k, at_ms=None, versions=()):  # type: ignore[no-untyped-def]
+            return [replace(entry, similarity=cos)]
+
+    class Embedder:
+        last_batch_size = 1
+
+        async def embed(self, text: str) -> np.ndarray:
+            return np.zeros(384, dtype=np.float32)
+
+    env = Envelope(
+        request_id="q1",
+        tenant="acme",
+        kind=Kind.KIND_CHAT,
+        model="sy-tiny",
+        request=Request(
+            messages=[ChatMessage(role="user", content=new)],
+            sampling=SamplingParams(max_tokens=8, temperature=0.0),
+        ),
+    )
+
+    def lookup(pair_model: PairModel | None):  # type: ignore[no-untyped-def]
+        cache = SemanticCache(Store(), Embedder(), CachePolicy(floor=0.8), pair_model=pair_model)  # type: ignore[arg-type]
+        return asyncio.run(cache.lookup(env))
+
+    assert lookup(None).hit  # the verifier alone serves it
+    vetoed = lookup(model)
+    assert not vetoed.hit and vetoed.reason == f"verifier:{VETO_REASON}"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from shared.runtime.config.base import Section, check_cpu_list
+from shared.runtime.config.base import CpuList, Section
 
 
 class CacheSettings(Section):
@@ -82,6 +82,12 @@ class CacheSettings(Section):
     cache_verify: bool = Field(
         default=True, description="Verify semantic candidates (numbers, negation, entities)"
     )
+    cache_pair_model: bool = Field(
+        default=True,
+        description="Let the learned pair model (services/cache/pair_model.json, trained on the dev split) review "
+        "the verifier's verdicts: it vetoes passes it doubts and serves new-words refusals it is sure of "
+        "(needs SY_CACHE_VERIFY)",
+    )
     cache_top_k: int = Field(default=5, ge=1, le=100, description="Semantic candidates fetched per lookup")
     cache_ttl_s: float = Field(default=86400.0, gt=0, description="Lifetime of a cache entry")
     cache_front_entries: int = Field(
@@ -123,7 +129,7 @@ class CacheSettings(Section):
         description="How long a batch waits for more prompts to embed; 0: none (what arrives while one "
         "batch runs forms the next)",
     )
-    cache_embed_cpus: str | None = Field(
+    cache_embed_cpus: CpuList | None = Field(
         default=None,
         description="Set by the launcher where it pins the services: the cores the cache's embedding thread "
         "runs on (every core, as Milvus: on the services' shared core a prompt took ~4x longer)",
@@ -137,8 +143,3 @@ class CacheSettings(Section):
         default=None,
         description="Triton gRPC host:port whose all-minilm-l6-v2 embeds cache prompts; unset = in-process",
     )
-
-    @field_validator("cache_embed_cpus")
-    @classmethod
-    def _embed_cpu_list(cls, v: str | None) -> str | None:
-        return check_cpu_list(v)
