@@ -185,8 +185,49 @@ def _kv_table_flat(rows: dict[str, Any]) -> list[str]:
     return _table(["measure", "value"], [[k, v] for k, v in rows.items()])
 
 
+def cache_eval_section(data: dict[str, Any]) -> list[str]:
+    """The test split per kind: the served rate of paraphrases, the false-hit rate of the rest."""
+    s = data["summary"]
+    out = _heading(
+        "Semantic cache: served and false hits on held-out pairs",
+        "cache-eval",
+        f"the {s['split']} split ({s['pairs']:,} pairs, seed {s['split_seed']}, floor {s['floor']}) through the "
+        "cache's own decision; Wilson 95% intervals",
+        data.get("run"),
+    )
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    rows = [
+        [
+            "**paraphrases served**",
+            pct(s["served"]["rate"]),
+            "–".join(pct(x) for x in s["served"]["ci95"]),
+            f"{s['served']['k']}/{s['served']['n']}",
+        ],
+        [
+            "**false hits, all negatives**",
+            pct(s["false_hit"]["rate"]),
+            "–".join(pct(x) for x in s["false_hit"]["ci95"]),
+            f"{s['false_hit']['k']}/{s['false_hit']['n']}",
+        ],
+    ]
+    for kind, k in s["by_kind"].items():
+        if kind != "paraphrase":
+            rows.append(
+                [
+                    f"false hits: {kind.replace('_', ' ')}",
+                    pct(k["rate"]),
+                    "–".join(pct(x) for x in k["ci95"]),
+                    k["pairs"],
+                ]
+            )
+    return out + _table(["kind", "rate", "95% interval", "k/n or pairs"], rows)
+
+
 STORES = {"broker", "milvus"}
-SECTIONS = {"soak": soak_section, "broker-capacity": capacity_section}
+SECTIONS = {"soak": soak_section, "broker-capacity": capacity_section, "cache-eval": cache_eval_section}
 ORDER = ["soak", "broker-capacity"]
 
 
