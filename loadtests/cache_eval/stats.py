@@ -3,22 +3,17 @@ rate without one reads as more certain than it is (0 false hits in 80 pairs is u
 
 from __future__ import annotations
 
-import math
-
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
+from services.cache.budget import Z95
+from services.cache.budget import wilson as _wilson
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval (lower, upper) for k successes in n trials; (0, 1) when n is 0."""
-    if n == 0:
-        return 0.0, 1.0
-    if not 0 <= k <= n:
+    """Wilson score interval (lower, upper) for k successes in n trials; (0, 1) when n is 0. The
+    formula is the cache's own (budget.py), which judges its thresholds with it."""
+    if n and not 0 <= k <= n:
         raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    _, lo, hi = _wilson(k, n, z)
+    return lo, hi
 
 
 def rate(k: int, n: int) -> dict[str, object]:
