@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from pymilvus import DataType
-from switchyard.v1.envelope_pb2 import ChatMessage, Choice, Request, Response, SamplingParams
+from switchyard.v1.envelope_pb2 import Choice, Response
 
 from services.cache.embed import DIM, BatchingEmbedder, load_onnx_minilm
 from services.cache.lookup import SemanticCache
@@ -26,8 +26,9 @@ from services.gateway.replies import ReplyRouter, ResultStore
 from shared.devstack.embedded.milvus import EmbeddedMilvus
 from shared.runtime.bus import JOB_HEADER, header
 from shared.runtime.config import load_settings
-from shared.runtime.envelope import Envelope, Kind, decode, encode
+from shared.runtime.envelope import Envelope, decode, encode
 from shared.runtime.stage import Emit, out_record
+from tests.helpers import envelopes
 from tests.helpers.kafka import collect, produce, service_env, services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,16 +42,7 @@ CONTROL, CONTROL_PARAPHRASE = "What is the capital of France?", "What's the capi
 
 
 def chat(rid: str, text: str, tenant: str = "acme") -> Envelope:
-    return Envelope(
-        request_id=rid,
-        tenant=tenant,
-        kind=Kind.KIND_CHAT,
-        model="sy-tiny",
-        request=Request(
-            messages=[ChatMessage(role="user", content=text)],
-            sampling=SamplingParams(max_tokens=8, temperature=0.0),
-        ),
-    )
+    return envelopes.chat(rid, text, tenant, max_tokens=8)
 
 
 def answered(env: Envelope, text: str) -> Envelope:

@@ -15,29 +15,17 @@ import time
 from pathlib import Path
 
 import httpx
-from switchyard.v1.envelope_pb2 import ChatMessage, Choice, Request, Response, SamplingParams, Usage
+from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 from switchyard.v1.events_pb2 import Heartbeat
 
 from shared.devstack.embedded.milvus import EmbeddedMilvus
-from shared.runtime.envelope import Envelope, Kind, decode, encode
+from shared.runtime.envelope import Envelope, decode, encode
+from tests.helpers.envelopes import chat
 from tests.helpers.kafka import ServiceProc, collect, produce, service_env, services
 
 MODELS_DIR = Path(os.environ.get("TEST_MODELS_DIR") or Path(__file__).resolve().parents[2] / "var" / "models")
 
 TOKEN = "cache-test-token"
-
-
-def chat(rid: str, text: str, tenant: str = "acme") -> Envelope:
-    return Envelope(
-        request_id=rid,
-        tenant=tenant,
-        kind=Kind.KIND_CHAT,
-        model="sy-tiny",
-        request=Request(
-            messages=[ChatMessage(role="user", content=text)],
-            sampling=SamplingParams(max_tokens=16, temperature=0.0),
-        ),
-    )
 
 
 def wait_stats(port: int, until, timeout_s: float = 30.0) -> dict:  # type: ignore[no-untyped-def]

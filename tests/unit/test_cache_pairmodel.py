@@ -167,12 +167,10 @@ def test_the_cache_lookup_reviews_with_the_model(model: PairModel) -> None:
     import asyncio
     from dataclasses import replace
 
-    from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
-
     from services.cache.lookup import SemanticCache
     from services.cache.policy import CachePolicy
     from services.cache.store import Entry
-    from shared.runtime.envelope import Envelope, Kind
+    from tests.helpers.envelopes import chat
 
     old, new, cos = HOSTILE[0]
     entry = Entry("e1", old, b"", "r0", 2**62, model_version="v1")
@@ -189,16 +187,7 @@ def test_the_cache_lookup_reviews_with_the_model(model: PairModel) -> None:
         async def embed(self, text: str) -> np.ndarray:
             return np.zeros(384, dtype=np.float32)
 
-    env = Envelope(
-        request_id="q1",
-        tenant="acme",
-        kind=Kind.KIND_CHAT,
-        model="sy-tiny",
-        request=Request(
-            messages=[ChatMessage(role="user", content=new)],
-            sampling=SamplingParams(max_tokens=8, temperature=0.0),
-        ),
-    )
+    env = chat("q1", new, max_tokens=8)
 
     def lookup(pair_model: PairModel | None):  # type: ignore[no-untyped-def]
         cache = SemanticCache(Store(), Embedder(), CachePolicy(floor=0.8), pair_model=pair_model)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
-from switchyard.v1.envelope_pb2 import ChatMessage, Choice, Request, Response, SamplingParams
+from switchyard.v1.envelope_pb2 import Choice, Response
 
 from services.cache.budget import EntryStats
 from services.cache.lookup import SemanticCache
@@ -22,24 +22,16 @@ from services.cache.store import Entry
 from services.gateway.reader import JOBS_ANSWERED_ELSEWHERE
 from shared.runtime.bus import JOB_HEADER, header
 from shared.runtime.config import load_settings
-from shared.runtime.envelope import REQUEST_ID_RE, Envelope, Kind
+from shared.runtime.envelope import REQUEST_ID_RE, Envelope
 from shared.runtime.stage import job_of, out_record
 from shared.runtime.storage import open_store
+from tests.helpers import envelopes
 
 QUESTION = "What is 37+58?"
 
 
 def chat(rid: str, text: str, tenant: str = "acme") -> Envelope:
-    return Envelope(
-        request_id=rid,
-        tenant=tenant,
-        kind=Kind.KIND_CHAT,
-        model="sy-tiny",
-        request=Request(
-            messages=[ChatMessage(role="user", content=text)],
-            sampling=SamplingParams(max_tokens=8, temperature=0.0, stream=True),
-        ),
-    )
+    return envelopes.chat(rid, text, tenant, max_tokens=8, stream=True)
 
 
 def answer(text: str) -> bytes:
