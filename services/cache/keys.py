@@ -28,7 +28,15 @@ OUTPUT_PARAMS = (
     "repetition_penalty",
     "min_tokens",
     "top_logprobs",
+    "min_p",
+    "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
 )
+# Repeated and map fields that change the output; in the key only when set, so the key of a
+# request without them is what it was before they existed (entries already stored still match).
+OUTPUT_LISTS = ("stop_token_ids", "allowed_token_ids", "bad_words")
 
 
 def _sha(obj: object) -> str:
@@ -60,6 +68,11 @@ def sampling_key(env: Envelope) -> dict[str, object]:
     }
     out["stop"] = list(s.stop)
     out["logprobs"] = s.logprobs
+    for f in OUTPUT_LISTS:
+        if getattr(s, f):
+            out[f] = list(getattr(s, f))
+    if s.logit_bias:
+        out["logit_bias"] = {str(t): round(float(b), 6) for t, b in sorted(s.logit_bias.items())}
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -66,12 +68,18 @@ async def _rejected(_: Request, exc: Exception) -> JSONResponse:
     return _error(exc.http_status, exc.reason, exc.code)
 
 
+def _located(e: Any) -> str:
+    """`field: reason`; a check across fields (a model validator) has no field: its reason names them."""
+    where = ".".join(str(x) for x in e["loc"] if x != "body")
+    return f"{where}: {e['msg']}" if where else str(e["msg"])
+
+
 async def _invalid(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errs = exc.errors()
     first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
     param = ".".join(str(x) for x in first["loc"] if x != "body") or None
-    msg = "; ".join(f"{'.'.join(str(x) for x in e['loc'] if x != 'body')}: {e['msg']}" for e in errs[:5])
+    msg = "; ".join(_located(e) for e in errs[:5])
     return _error(400, msg, "invalid_request", param)
 
 

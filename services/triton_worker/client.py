@@ -73,12 +73,26 @@ def generation_inputs(
 
 
 # Sampling options the Triton text model does not implement: refused with a clear reason
-# rather than silently ignored.
+# rather than silently ignored; the penalties whenever set (as before), vLLM's extra options
+# unless set to the value the model behaves as anyway (vLLM's default: `skip_special_tokens:
+# true` is what Triton's detokenizer does, `ignore_eos: false` what its decode loop does).
 UNSUPPORTED = ("presence_penalty", "frequency_penalty", "repetition_penalty")
+UNSUPPORTED_UNLESS_DEFAULT: dict[str, Any] = {
+    "min_p": 0.0,
+    "ignore_eos": False,
+    "stop_token_ids": [],
+    "include_stop_str_in_output": False,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "logit_bias": {},
+    "allowed_token_ids": [],
+    "bad_words": [],
+}
 
 
 def unsupported_options(kw: dict[str, Any]) -> list[str]:
-    return [k for k in UNSUPPORTED if k in kw]
+    bad = [k for k in UNSUPPORTED if k in kw]
+    return bad + [k for k, neutral in UNSUPPORTED_UNLESS_DEFAULT.items() if k in kw and kw[k] != neutral]
 
 
 def choice_kwargs(kw: dict[str, Any], index: int) -> dict[str, Any]:

@@ -205,6 +205,11 @@ class Engine:
     def ready(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
+    @property
+    def vocab_size(self) -> int | None:
+        """The model's vocabulary (the logits' width): token ids a request names must be below it."""
+        return self._llm.model_config.get_vocab_size() if self._llm is not None else None
+
     async def generate(
         self, prompt_ids: list[int], params: Any, request_id: str, lora: Any = None
     ) -> AsyncIterator[Any]:

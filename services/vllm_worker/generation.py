@@ -93,15 +93,19 @@ class VllmGeneration:
 
     async def prepare(self, env: Envelope) -> Job:
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
 
         ids = prompt_token_ids(self.llm.tokenizer, env)
-        kw = sampling_kwargs(env, len(ids), self.settings.vllm_max_model_len)
+        kw = sampling_kwargs(env, len(ids), self.settings.vllm_max_model_len, self.llm.vocab_size)
         # A reply nobody streams needs its first token (TTFT) and its end: vLLM's front end then
         # builds two outputs per sequence instead of one per token or stream interval (a rollout:
         # 64 tokens x n samples), on the services' core. Streams keep SY_VLLM_STREAM_INTERVAL.
         every = None if env.request.sampling.stream else max(1, kw["max_tokens"])
-        params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA, stream_interval=every)
+        try:
+            params = SamplingParams(**kw, output_kind=RequestOutputKind.DELTA, stream_interval=every)
+        except (ValueError, VLLMClientError) as exc:  # vLLM's own checks: the request's fault, not ours
+            raise Rejected(ErrorCode.INVALID_REQUEST, f"invalid sampling parameters: {exc}") from None
         if self.loras is None:
             if env.adapter:
                 reason = f"pool {self.pool!r} does not serve LoRA adapters (SY_VLLM_ENABLE_LORA is off)"

@@ -37,17 +37,59 @@ def chat_messages(env: Envelope) -> list[dict[str, str]]:
     return msgs
 
 
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+) -> str:
+    """The model's chat template applied to `messages`, as text (the template places the special
+    tokens); the gateway's /tokenize renders with this too, so its counts are the worker's."""
+    extra = {"continue_final_message": True} if continue_final_message else {}
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
+    )
+    return str(text)
+
+
 def prompt_token_ids(tokenizer: Any, env: Envelope) -> list[int]:
     """The model's own rendering: its chat template for chat, plain encoding for completions."""
     if env.kind == Kind.KIND_COMPLETION or (env.request.prompt and not env.request.messages):
         return list(tokenizer.encode(env.request.prompt))
     # Render, then encode without adding specials: the template already places them (as HF does).
-    text = tokenizer.apply_chat_template(chat_messages(env), add_generation_prompt=True, tokenize=False)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(render_chat(tokenizer, chat_messages(env)), add_special_tokens=False))
 
 
-def sampling_kwargs(env: Envelope, prompt_len: int, max_model_len: int) -> dict[str, Any]:
-    """OpenAI/vLLM sampling semantics; unset fields take OpenAI's defaults."""
+# vLLM's extra fields carried as they are when set (unset: vLLM's default).
+_VLLM_SCALARS = (
+    "min_p",
+    "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+)
+_VLLM_LISTS = ("stop_token_ids", "allowed_token_ids", "bad_words")
+# Fields naming token ids: an id past the vocabulary is the client's error, not the engine's.
+TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids", "logit_bias")
+
+
+def check_token_ids(kw: dict[str, Any], vocab_size: int) -> None:
+    """Rejected (400) naming the field when a token id is outside the model's vocabulary: vLLM's
+    engine would raise on it only after the request was accepted (retried, then dead-lettered)."""
+    for name in TOKEN_ID_FIELDS:
+        bad = sorted({int(t) for t in kw.get(name) or () if not 0 <= int(t) < vocab_size})
+        if bad:
+            raise Rejected(
+                ErrorCode.INVALID_REQUEST,
+                f"{name}: token id(s) {bad[:10]} are outside the model's vocabulary of {vocab_size} tokens",
+            )
+
+
+def sampling_kwargs(
+    env: Envelope, prompt_len: int, max_model_len: int, vocab_size: int | None = None
+) -> dict[str, Any]:
+    """OpenAI/vLLM sampling semantics; unset fields take OpenAI's defaults. With `vocab_size`,
+    token ids (stop_token_ids, allowed_token_ids, logit_bias) are checked against it."""
     s = env.request.sampling
     room = max_model_len - prompt_len
     if room <= 0:
@@ -81,9 +123,23 @@ def sampling_kwargs(env: Envelope, prompt_len: int, max_model_len: int) -> dict[
     if s.HasField("repetition_penalty"):
         kw["repetition_penalty"] = s.repetition_penalty
     if s.HasField("min_tokens"):
+        if s.min_tokens > max_tokens:
+            raise Rejected(
+                ErrorCode.INVALID_REQUEST, f"min_tokens ({s.min_tokens}) exceeds max_tokens ({max_tokens})"
+            )
         kw["min_tokens"] = s.min_tokens
     if s.logprobs:
         kw["logprobs"] = s.top_logprobs if s.HasField("top_logprobs") else 0
+    for name in _VLLM_SCALARS:
+        if s.HasField(name):
+            kw[name] = getattr(s, name)
+    for name in _VLLM_LISTS:
+        if getattr(s, name):
+            kw[name] = list(getattr(s, name))
+    if s.logit_bias:
+        kw["logit_bias"] = dict(s.logit_bias)
+    if vocab_size is not None:
+        check_token_ids(kw, vocab_size)
     return kw
 
 

@@ -38,12 +38,21 @@ def _sampling(req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
         "top_k",
         "min_tokens",
         "repetition_penalty",
+        "min_p",
+        "ignore_eos",
+        "include_stop_str_in_output",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
     ):
         v = getattr(req, name)
         if v is not None:
             setattr(s, name, v)
     if req.stop:
         s.stop.extend(req.stop)  # type: ignore[arg-type]
+    for name in ("stop_token_ids", "allowed_token_ids", "bad_words"):
+        getattr(s, name).extend(getattr(req, name) or [])
+    if req.logit_bias:
+        s.logit_bias.update(req.logit_bias)
     if isinstance(req, ChatCompletionRequest):
         s.logprobs = req.logprobs
         if req.top_logprobs is not None:

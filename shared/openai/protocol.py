@@ -1,8 +1,10 @@
 """Request and response bodies of the OpenAI-compatible API (pydantic: the boundary is validated here).
 
 Unknown fields are refused with a 400 naming them, so a client never believes a parameter
-took effect when it did not. vLLM's extra sampling fields (top_k, min_tokens,
-repetition_penalty) are accepted as vLLM's OpenAI server accepts them.
+took effect when it did not. vLLM's extra sampling fields that the vLLM worker honours (top_k,
+min_p, min_tokens, repetition_penalty, ignore_eos, stop_token_ids, logit_bias, ...) are accepted
+as vLLM's OpenAI server accepts them; the rest (use_beam_search, prompt_logprobs, ...) stay
+unknown fields. The flags are strict booleans: `"ignore_eos": "false"` is a 400, not a true.
 
 The response models describe what the gateway sends (shared/openai/format.py builds the bodies);
 they give /openapi.json its response schemas, as vLLM's protocol.py does.
@@ -12,13 +14,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from shared.batches.store import BatchObject as BatchObject
 from shared.batches.store import FileObject as FileObject
 from shared.runtime.envelope import MAX_MAX_TOKENS
 
 MAX_STOP = 4
+MAX_TOKEN_IDS = 4096  # entries of stop_token_ids, allowed_token_ids and logit_bias
+MAX_BAD_WORDS = 256
+
+# A token id as vLLM takes it; whether it is in the model's vocabulary is the worker's check.
+TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+# logit_bias keys are JSON object keys, so strings of digits ("50256"), as OpenAI's.
+TokenIdKey = Annotated[int, Field(ge=0, lt=2**31)]
+Bias = Annotated[float, Field(ge=-100, le=100)]
 
 
 class _Strict(BaseModel):
@@ -69,6 +79,19 @@ class _Sampling(_Strict):
     top_k: int | None = Field(default=None, ge=-1, lt=2**31)
     min_tokens: int | None = Field(default=None, ge=0, le=MAX_MAX_TOKENS)
     repetition_penalty: float | None = Field(default=None, gt=0, le=2)
+    min_p: float | None = Field(default=None, ge=0, le=1, strict=True)
+    ignore_eos: StrictBool | None = None
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_TOKEN_IDS)
+    include_stop_str_in_output: StrictBool | None = None
+    skip_special_tokens: StrictBool | None = None
+    spaces_between_special_tokens: StrictBool | None = None
+    logit_bias: dict[TokenIdKey, Bias] | None = Field(
+        default=None, max_length=MAX_TOKEN_IDS, description="token id -> bias in [-100, 100]"
+    )
+    allowed_token_ids: list[TokenId] | None = Field(default=None, min_length=1, max_length=MAX_TOKEN_IDS)
+    bad_words: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, max_length=MAX_BAD_WORDS
+    )
     # Switchyard extensions
     adapter: str | None = Field(default=None, max_length=200, description="LoRA adapter name[@version|alias]")
 
@@ -81,6 +104,17 @@ class _Sampling(_Strict):
         if len(stops) > MAX_STOP:
             raise ValueError(f"at most {MAX_STOP} stop sequences")
         return stops
+
+    def token_limit(self) -> int | None:
+        return None
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> _Sampling:
+        """vLLM refuses min_tokens over max_tokens; refused here, with the field named."""
+        limit = self.token_limit()
+        if self.min_tokens is not None and limit is not None and self.min_tokens > limit:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({limit})")
+        return self
 
 
 class ChatCompletionRequest(_Sampling):
@@ -99,6 +133,9 @@ class CompletionRequest(_Sampling):
     max_tokens: int | None = Field(default=16, ge=1, le=MAX_MAX_TOKENS)  # OpenAI's completions default
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: Literal[False] = False
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
 
     @field_validator("prompt")
     @classmethod

@@ -194,6 +194,10 @@ def validate(env: Envelope) -> None:
         raise _invalid(f"sampling.n must be in [1, {MAX_N}], got {s.n}")
     if s.HasField("max_tokens") and not 1 <= s.max_tokens <= MAX_MAX_TOKENS:
         raise _invalid(f"sampling.max_tokens must be at least 1, got {s.max_tokens}")
+    if s.HasField("min_p") and not 0.0 <= s.min_p <= 1.0:
+        raise _invalid(f"sampling.min_p must be in [0, 1], got {s.min_p}")
+    if any(not -100.0 <= b <= 100.0 for b in s.logit_bias.values()):
+        raise _invalid("sampling.logit_bias values must be in [-100, 100]")
     if env.deadline_unix_ms < 0:
         raise _invalid("deadline_unix_ms must not be negative")
 
