@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from shared.batches.celery_app import make_celery
 from shared.batches.store import BatchStore
+from shared.model_tokenizer import ModelTokenizers
 from shared.runtime.api import rest_app
 from shared.runtime.storage import open_store
 
@@ -29,6 +30,8 @@ from .requests.router import router as requests_router
 from .requests.serving import AsyncRequests
 from .rollouts.router import router as rollouts_router
 from .rollouts.serving import RolloutServing
+from .tokenize.router import router as tokenize_router
+from .tokenize.serving import TokenizeServing
 
 
 def create_app(backend: Backend) -> FastAPI:
@@ -49,6 +52,7 @@ def create_app(backend: Backend) -> FastAPI:
     state.rollouts = RolloutServing(backend, gate, models)
     state.files = FileServing(s, batch_store)
     state.batches = BatchServing(s, batch_store, make_celery(s))
+    state.tokenize = TokenizeServing(backend, models, ModelTokenizers(s))
     for router in (
         chat_router,
         completions_router,
@@ -57,6 +61,7 @@ def create_app(backend: Backend) -> FastAPI:
         rollouts_router,
         files_router,
         batches_router,
+        tokenize_router,
     ):
         app.include_router(router)
     return app

@@ -14,6 +14,30 @@ from ..errors import ApiError
 log = get_logger(__name__)
 
 
+def _base_card(model: str) -> dict[str, Any]:
+    return {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "switchyard",
+        "root": model,
+        "parent": None,
+    }
+
+
+def _adapter_card(a: Any) -> dict[str, Any]:
+    """An adapter (shared.adapters.registry_client.Adapter) as vLLM lists a LoRA: `parent` = its base."""
+    latest = a.versions[-1] if a.versions else None
+    return {
+        "id": a.name,
+        "object": "model",
+        "created": latest.created_unix_ns // 1_000_000_000 if latest else 0,
+        "owned_by": a.owner,
+        "root": a.name,
+        "parent": latest.base_model if latest else None,
+    }
+
+
 class ModelCatalog:
     """Lists models and pins adapters onto requests (resolved as the tenant sees them)."""
 
@@ -22,29 +46,47 @@ class ModelCatalog:
 
     async def list(self, tenant: str) -> dict[str, Any]:
         """Base models, then the adapters this tenant may use (with `parent`, as vLLM lists LoRAs)."""
-        data: list[dict[str, Any]] = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "switchyard", "root": m, "parent": None}
-            for m in self.backend.models
-        ]
+        data = [_base_card(m) for m in self.backend.models]
         if self.backend.list_adapters is not None:
             try:
                 adapters = await self.backend.list_adapters(tenant)
             except Exception as exc:  # noqa: BLE001 - base models are still worth listing
                 log.warning("registry unavailable; listing base models only", error=str(exc))
                 adapters = []
-            for a in adapters:  # shared.adapters.registry_client.Adapter
-                latest = a.versions[-1] if a.versions else None
-                data.append(
-                    {
-                        "id": a.name,
-                        "object": "model",
-                        "created": latest.created_unix_ns // 1_000_000_000 if latest else 0,
-                        "owned_by": a.owner,
-                        "root": a.name,
-                        "parent": latest.base_model if latest else None,
-                    }
-                )
+            data.extend(_adapter_card(a) for a in adapters)
         return {"object": "list", "data": data}
+
+    async def card(self, tenant: str, model_id: str) -> dict[str, Any]:
+        """GET /v1/models/{id}: the entry /v1/models lists under that id, else 404 (another
+        tenant's private adapter too); 503 when the registry is down (the id may be an adapter)."""
+        if model_id in self.backend.models:
+            return _base_card(model_id)
+        missing = ApiError(404, f"The model '{model_id}' does not exist", "model_not_found", "model")
+        if self.backend.list_adapters is None:
+            raise missing
+        try:
+            adapters = await self.backend.list_adapters(tenant)
+        except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
+            log.warning("registry unavailable", error=str(exc))
+            raise ApiError(
+                503, "the adapter registry is unavailable; retry", "registry_unavailable"
+            ) from None
+        for a in adapters:
+            if a.name == model_id:
+                return _adapter_card(a)
+        raise missing
+
+    async def base_of(self, tenant: str, model: str) -> str:
+        """The base model behind `model`: itself, or the base of an adapter the tenant may use
+        (resolved as `check` resolves it); 404 otherwise."""
+        if model in self.backend.models:
+            return model
+        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+        try:
+            parse_ref(model)
+        except ValueError:
+            raise missing from None
+        return ref_from_manifest(await self.resolve(tenant, model, missing), model).base_model
 
     async def resolve(self, tenant: str, ref: str, missing: ApiError) -> Any:
         """The registry's manifest for `ref` as `tenant` sees it; `missing` when unknown or another

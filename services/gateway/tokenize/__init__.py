@@ -1,0 +1,1 @@
+"""The gateway's vLLM-compatible /tokenize and /detokenize (router.py) and their logic (serving.py)."""
