@@ -13,6 +13,8 @@ from loadtests import (
     bus,
     cache,
     cache_eval,
+    capacity,
+    cost,
     lora,
     multimodal,
     pipeline,
@@ -27,6 +29,8 @@ from loadtests.harness.report import run_info, write_result
 SCENARIOS = {
     "bus": bus.run,
     "pipeline-vs-engine": pipeline.run,
+    "cost": cost.run,
+    "capacity": capacity.run,
     "lora-scaling": lora.run,
     "cache-eval": cache_eval.run,
     "cache": cache.run,

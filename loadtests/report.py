@@ -226,8 +226,83 @@ def cache_eval_section(data: dict[str, Any]) -> list[str]:
     return out + _table(["kind", "rate", "95% interval", "k/n or pairs"], rows)
 
 
+def _case_label(side: str, row: dict[str, Any]) -> str:
+    mode = "streamed" if row["stream"] else "unstreamed"
+    return f"{side} c{row['concurrency']} {mode}"
+
+
+def _p50_p99(x: dict[str, float] | None) -> str:
+    return f"{x['p50']} / {x['p99']}" if x else ""
+
+
+def cost_section(data: dict[str, Any]) -> list[str]:
+    """CPU ms per request per process, one column per side and level; then the targets."""
+    out = _heading(
+        "Pipeline CPU per request, outside the engine",
+        "cost",
+        f"chat requests of exactly {data['workload']['max_tokens']} tokens, unique prompts, {data.get('pools', '')}; "
+        "CPU from /proc per process (vLLM's `VLLM::` engine processes on both sides count as engine); the anchor "
+        "is vLLM's own OpenAI server's API-server process",
+        data.get("run"),
+    )
+    sides = {
+        "vLLM server": "vllm_openai_server",
+        "cache off": "switchyard_cache_off",
+        "cache on": "switchyard_cache_on",
+    }
+    cols = [(label, r) for label, key in sides.items() for r in data.get(key, [])]
+    procs = sorted({p for _, r in cols for p in r["cpu_ms_per_request"]} - {"engine"})
+    measures = [
+        ("requests/s", lambda r: r["requests_per_s"]),
+        ("TTFT p50 ms", lambda r: r.get("ttft_p50_ms") or ""),
+        ("**off-engine CPU ms/request**", lambda r: r["off_engine_cpu_ms_per_request"]),
+        *[(f"  {p}", lambda r, p=p: r["cpu_ms_per_request"].get(p, "")) for p in procs],
+        ("engine CPU ms/request", lambda r: r["engine_cpu_ms_per_request"]),
+        ("broker records/request", lambda r: r.get("broker_records_per_request", "")),
+        ("broker bytes/request", lambda r: r.get("broker_bytes_per_request", "")),
+    ]
+    out += _table(
+        ["measure"] + [_case_label(side, r) for side, r in cols],
+        [[m] + [f(r) for _, r in cols] for m, f in measures],
+    )
+    hops = [(side, r) for side, r in cols if r.get("hops_ms")]
+    names = list(dict.fromkeys(h for _, r in hops for h in r["hops_ms"]))
+    if names:
+        out += ["", "Hops and stages, p50 / p99 ms:", ""]
+        out += _table(
+            ["hop or stage"] + [_case_label(side, r) for side, r in hops],
+            [[h] + [_p50_p99(r["hops_ms"].get(h)) for _, r in hops] for h in names],
+        )
+    out += ["", "Targets:", ""] + _kv_table(data["summary"])
+    return out
+
+
+def request_capacity_section(data: dict[str, Any]) -> list[str]:
+    """The sustained rate per case against vLLM's server; the async accept rate; every step."""
+    out = _heading(
+        "Request capacity with a near-free engine",
+        "capacity",
+        "sy-tiny, `max_tokens=1`, unstreamed, open-loop load stepped up by √2; a step holds with no failure, "
+        f"the answered rate ≥ 95% of the offered and p99 ≤ {data['workload']['p99_factor']}x the unloaded p99 "
+        "(median of the first three steps); a step that fails is run once more before the ramp stops",
+        data.get("run"),
+    )
+    out += _kv_table_flat(_flat(data["summary"]))
+    cases = [(k, v) for k, v in data.items() if isinstance(v, dict) and "steps" in v]
+    for name, case in cases:
+        out += ["", f"{name.replace('_', ' ')}: capacity {case['capacity_rps']} req/s", ""]
+        out += _rows_table(case["steps"])
+    return out
+
+
 STORES = {"broker", "milvus"}
-SECTIONS = {"soak": soak_section, "broker-capacity": capacity_section, "cache-eval": cache_eval_section}
+SECTIONS = {
+    "soak": soak_section,
+    "broker-capacity": capacity_section,
+    "cache-eval": cache_eval_section,
+    "cost": cost_section,
+    "capacity": request_capacity_section,
+}
 ORDER = ["soak", "broker-capacity"]
 
 

@@ -9,6 +9,7 @@ uses. The e2e tests use it unchanged.)
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import statistics
@@ -33,6 +34,19 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
         [{"role": "user", "content": tasks.sample(tasks.TASKS[i % len(tasks.TASKS)], rng).prompt}]
         for i in range(n)
     ]
+
+
+_FRESH = itertools.count()
+
+
+def fresh_prompts(n: int) -> list[list[dict[str, str]]]:
+    """n chat prompts never sent before in this process: no two are the same question (their
+    numbers differ), so none can be a cache hit of another, exact or semantic."""
+    out = []
+    for _ in range(n):
+        i = next(_FRESH)
+        out.append([{"role": "user", "content": f"What is {1000 + i} plus {(7919 * i) % 100003}?"}])
+    return out
 
 
 def level_summary(
