@@ -23,6 +23,7 @@ from loadtests import (
     reliability,
     rollouts,
     soak,
+    stability,
 )
 from loadtests.harness.report import run_info, write_result
 
@@ -40,6 +41,7 @@ SCENARIOS = {
     "batch": batch.run,
     "pools": pools.run,
     "soak": soak.run,
+    "stability": stability.run,
     "broker-capacity": broker_capacity.run,
     "reliability": reliability.run,  # after soak: its table takes the soak's figures
 }
@@ -51,6 +53,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("var/bench"))
     ap.add_argument("--quick", action="store_true", help="smaller workloads (smoke run)")
     ap.add_argument("--batch-lines", type=int, default=None, help="lines of the batch scenario's job (2000)")
+    ap.add_argument(
+        "--stability-requests", type=int, default=None, help="requests of the stability run (100000)"
+    )
     ap.add_argument("--soak-minutes", type=float, default=None, help="length of the soak scenario (30)")
     args = ap.parse_args()
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
@@ -61,6 +66,8 @@ def main() -> None:
         extra: dict[str, object] = {}
         if name == "batch":
             extra["lines"] = args.batch_lines
+        if name == "stability" and args.stability_requests:
+            extra["requests"] = args.stability_requests
         if name == "soak" and args.soak_minutes:
             extra["duration_s"] = args.soak_minutes * 60
         result = asyncio.run(SCENARIOS[name](args.out, quick=args.quick, **extra))

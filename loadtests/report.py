@@ -295,6 +295,32 @@ def request_capacity_section(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def stability_section(data: dict[str, Any]) -> list[str]:
+    """First against last window, then every window as a column."""
+    out = _heading(
+        "Stability over a long run",
+        "stability",
+        "ordinary chat requests (unique prompts, `max_tokens=1`, unstreamed, concurrency 16, cache off) on the "
+        "embedded stack, in ten windows; CPU per request outside the engine, hop p50s and the broker's RSS",
+        data.get("run"),
+    )
+    out += _kv_table(data["summary"])
+    keep = (
+        "answered_total",
+        "requests_per_s",
+        "p50_ms",
+        "p99_ms",
+        "off_engine_cpu_ms_per_request",
+        "hops_p50_sum_ms",
+        "broker_rss_mib",
+        "errors",
+    )
+    rows = [{k: w.get(k) for k in keep} for w in data.get("windows", [])]
+    if rows:
+        out += ["", "Windows:", ""] + _rows_table(rows)
+    return out
+
+
 STORES = {"broker", "milvus"}
 SECTIONS = {
     "soak": soak_section,
@@ -302,6 +328,7 @@ SECTIONS = {
     "cache-eval": cache_eval_section,
     "cost": cost_section,
     "capacity": request_capacity_section,
+    "stability": stability_section,
 }
 ORDER = ["soak", "broker-capacity"]
 
