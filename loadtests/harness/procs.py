@@ -62,4 +62,6 @@ def stack_processes(endpoints: dict[str, Any]) -> dict[str, int]:
             named["milvus"] = child.pid
         elif "tritonserver" in cmd:
             named["triton"] = child.pid
+        elif "redis-server" in cmd:
+            named["redis"] = child.pid
     return named

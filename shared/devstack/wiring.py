@@ -88,6 +88,7 @@ class Stack:
     milvus_uri: str = ""
     triton_url: str = ""
     triton_metrics_url: str = ""
+    redis_url: str = ""  # the embedded Redis (Celery's broker), when the launcher started one
     ports: Mapping[str, int] = field(default_factory=dict)  # started services, this one included
     all_cpus: frozenset[int] = frozenset()
     service_cpus: frozenset[int] | None = None
@@ -131,6 +132,8 @@ ENV: tuple[Var, ...] = (
     Var("SY_TRACE_FILE", lambda st: str(st.settings.var_dir / "run" / "spans.jsonl"), keep_user=True),
     Var("SY_MILVUS_URI", lambda st: st.milvus_uri or None),
     Var("SY_TRITON_URL", lambda st: st.triton_url or None),
+    # Celery's broker: the embedded Redis when the launcher started one (else SQLite, batch.py).
+    Var("SY_CELERY_BROKER", lambda st: st.redis_url or None, keep_user=True),
     Var("SY_TRITON_METRICS_URL", lambda st: (st.triton_metrics_url or None) if st.triton_url else None),
     # The registry starts first; its port may not be 8001 when that was busy.
     Var("SY_REGISTRY_URL", lambda st: st.url_of("registry"), keep_user=True),
@@ -201,6 +204,7 @@ class Endpoints(BaseModel):
     embedded_milvus: bool
     triton: str
     embedded_triton: bool
+    redis: str = ""  # the embedded Redis's URL; "" when SY_CELERY_BROKER names one or none runs
     launcher_pid: int
     launcher_url: str  # its /healthz /readyz /metrics
     services: dict[str, ServiceEndpoint]
@@ -211,6 +215,7 @@ class Endpoints(BaseModel):
         lines = [
             "switchyard is up:",
             f"  kafka      {self.kafka}",
+            *([f"  redis      {self.redis}  (Celery broker)"] if self.redis else []),
             f"  launcher   {self.launcher_url}  (/readyz /metrics: canary, broker memory)",
             *(f"  {name:<10} {info.url}  (/readyz /metrics)" for name, info in self.services.items()),
             f"  traces     {self.trace_file}",

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,6 @@ import pytest
 
 from tests.e2e.conftest import Pipeline
 from tests.helpers.kafka import ROOT
-from tests.helpers.redis import redis_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -44,6 +42,8 @@ def jsonl(rows: list[dict | str]) -> bytes:
     return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows).encode()
 
 
+# "redis": the default, the embedded redis-server `switchyard up` starts (SY_CELERY_BROKER unset);
+# "sqlite": the fallback where no redis-server exists, named explicitly.
 @pytest.fixture(scope="module", params=["sqlite", "redis"])
 def batch_pipeline(request: pytest.FixtureRequest, model_dir: Path, tmp_path_factory) -> Iterator[Pipeline]:
     # short: vLLM puts unix sockets under var/run (108-byte path limit)
@@ -57,22 +57,24 @@ def batch_pipeline(request: pytest.FixtureRequest, model_dir: Path, tmp_path_fac
         SY_BATCH_CANCEL_GRACE_S="5",
         SY_BATCH_LINE_MAX_BYTES=str(LINE_LIMIT),
     )
-    with redis_server(var / "redis") if request.param == "redis" else nullcontext() as url:
-        if url:
-            env["SY_CELERY_BROKER"] = url
-        p = Pipeline(var, **env)
-        p.broker = request.param  # type: ignore[attr-defined]
-        try:
-            p.wait_up()
-            httpx.post(
-                p.base_url + "/chat/completions",
-                timeout=120,
-                headers={"Authorization": "Bearer sk-a"},
-                json={"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-            )
-            yield p
-        finally:
-            p.stop()
+    if request.param == "sqlite":
+        (var / "celery").mkdir(parents=True, exist_ok=True)
+        env["SY_CELERY_BROKER"] = f"sqla+sqlite:///{var / 'celery' / 'broker.sqlite'}"
+    p = Pipeline(var, **env)
+    p.broker = request.param  # type: ignore[attr-defined]
+    try:
+        p.wait_up()
+        if request.param == "redis":
+            assert p.endpoints["redis"].startswith("redis://"), "the launcher started no redis-server"
+        httpx.post(
+            p.base_url + "/chat/completions",
+            timeout=120,
+            headers={"Authorization": "Bearer sk-a"},
+            json={"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        )
+        yield p
+    finally:
+        p.stop()
 
 
 @pytest.fixture(scope="module")

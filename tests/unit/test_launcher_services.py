@@ -58,6 +58,37 @@ def test_the_wiring_table_gives_each_child_its_stack_and_keeps_what_the_user_set
     assert "SY_MILVUS_URI" not in env and "SY_FRONTEND_CPUS" not in env
     remote = child_env(Stack(settings, "router", 9103, "kafka:9092", embedded_kafka=False), base={})
     assert "SY_KAFKA_SESSION_TIMEOUT_MS" not in remote and "SY_TOPIC_PARTITIONS" not in remote
+    assert "SY_CELERY_BROKER" not in env  # no embedded Redis: Celery's own default
+
+
+def test_celery_gets_the_embedded_redis_unless_the_user_named_a_broker(tmp_path: Path) -> None:
+    from shared.devstack.wiring import Stack, child_env
+
+    stack = Stack(
+        Settings(var_dir=tmp_path),
+        "batch",
+        9108,
+        "127.0.0.1:9092",
+        True,
+        redis_url="redis://127.0.0.1:6379/0",
+    )
+    assert child_env(stack, base={})["SY_CELERY_BROKER"] == "redis://127.0.0.1:6379/0"
+    assert (
+        child_env(stack, base={"SY_CELERY_BROKER": "redis://prod:6379/1"})["SY_CELERY_BROKER"]
+        == "redis://prod:6379/1"
+    )
+
+
+def test_the_launcher_starts_no_redis_where_a_broker_is_named_or_nothing_uses_celery(tmp_path: Path) -> None:
+    devnull = open(os.devnull, "w")  # noqa: SIM115
+    named = launcher_mod.Launcher(
+        Settings(var_dir=tmp_path, celery_broker="redis://r:6379/0"), ["batch"], out=devnull
+    )
+    named.start_redis()
+    assert named.redis is None
+    no_celery = launcher_mod.Launcher(Settings(var_dir=tmp_path), ["router"], out=devnull)
+    no_celery.start_redis()
+    assert no_celery.redis is None
 
 
 def test_the_endpoints_file_keeps_its_shape(tmp_path: Path) -> None:
@@ -75,6 +106,7 @@ def test_the_endpoints_file_keeps_its_shape(tmp_path: Path) -> None:
         "embedded_milvus",
         "triton",
         "embedded_triton",
+        "redis",
         "launcher_pid",
         "launcher_url",
         "services",

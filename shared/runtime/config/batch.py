@@ -16,7 +16,8 @@ class BatchSettings(Section):
 
     celery_broker: str | None = Field(
         default=None,
-        description="Celery broker URL (redis://host:6379/0); unset = SQLite file under <var_dir>/celery",
+        description="Celery broker URL (redis://host:6379/0); `switchyard up` starts an embedded redis-server "
+        "and sets it; unset without one = a SQLite file under <var_dir>/celery",
     )
     batch_file_max_bytes: int = Field(
         default=8 * 1024 * 1024,
