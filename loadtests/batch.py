@@ -3,7 +3,8 @@ interactively (chat completions, as many at once as the batch window), in one pi
 
 Reports lines/s and the time to the first result of each: for the batch, from `POST /v1/batches`
 until its request_counts show the first completed line; interactively, from the first request
-sent until the first response came back. `python -m loadtests batch --batch-lines 2000`.
+sent until the first response came back. The job runs twice: with Celery on the embedded Redis
+(the default) and on its SQLite fallback, each on a fresh stack. `python -m loadtests batch --batch-lines 2000`.
 """
 
 from __future__ import annotations
@@ -118,15 +119,28 @@ async def run(out: Path, quick: bool = False, lines: int | None = None) -> dict[
 
     n = lines or (200 if quick else DEFAULT_LINES)
     window = Settings.model_fields["batch_max_in_flight"].default
-    with pipeline(sy_tiny(), var_dir(out, "batch-var")) as stack:
+    var = var_dir(out, "batch-var")
+    bodies = requests(n)
+    with pipeline(sy_tiny(), var) as stack:  # Celery on the embedded Redis, the default
         client = openai.AsyncOpenAI(
             base_url=stack.url, api_key="sk-switchyard-local", max_retries=0, timeout=600
         )
-        bodies = requests(n)
         for b in requests(4):  # warm-up: consumer groups settle, engine warm
             await client.chat.completions.create(**b)
         b_res = await batch(client, bodies)
         i_res = await interactive(client, bodies, window)
+        await client.close()
+    # The same job with Celery on its SQLite fallback (kombu's SQLAlchemy transport).
+    sqlite = var / "celery-sqlite" / "broker.sqlite"
+    sqlite.parent.mkdir(parents=True, exist_ok=True)
+    sqlite.unlink(missing_ok=True)
+    with pipeline(sy_tiny(), var, SY_CELERY_BROKER=f"sqla+sqlite:///{sqlite}") as stack:
+        client = openai.AsyncOpenAI(
+            base_url=stack.url, api_key="sk-switchyard-local", max_retries=0, timeout=600
+        )
+        for b in requests(4):
+            await client.chat.completions.create(**b)
+        s_res = await batch(client, bodies)
         await client.close()
     summary = {
         "lines": n,
@@ -138,11 +152,17 @@ async def run(out: Path, quick: bool = False, lines: int | None = None) -> dict[
         "batch_time_to_first_result_s": b_res["time_to_first_result_s"],
         "interactive_time_to_first_result_s": i_res["time_to_first_result_s"],
         "batch_every_line_once": b_res["output_lines"] == n and b_res["duplicate_lines"] == 0,
+        "celery_redis_lines_per_s": b_res["lines_per_s"],
+        "celery_sqlite_lines_per_s": s_res["lines_per_s"],
+        "celery_redis_time_to_first_result_s": b_res["time_to_first_result_s"],
+        "celery_sqlite_time_to_first_result_s": s_res["time_to_first_result_s"],
+        "celery_sqlite_every_line_once": s_res["output_lines"] == n and s_res["duplicate_lines"] == 0,
     }
     return {
         "scenario": "batch",
         "workload": {"max_tokens": MAX_TOKENS, "temperature": 0, "batch_window": window, "cache": "off"},
         "batch": b_res,
+        "batch_celery_sqlite": s_res,
         "interactive": i_res,
         "summary": summary,
     }
