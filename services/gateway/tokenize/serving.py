@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shared.generation.engine_io import render_chat
-from shared.model_tokenizer import ModelTokenizers
+from shared.model_tokenizer import ModelTokenizer, ModelTokenizers, TemplateError
 from shared.prepare import INLINE_CHARS
 
 from ..backend import Backend
@@ -46,7 +45,7 @@ class TokenizeServing:
     def __init__(self, backend: Backend, models: ModelCatalog, tokenizers: ModelTokenizers) -> None:
         self.backend, self.models, self.tokenizers = backend, models, tokenizers
 
-    async def _tokenizer(self, tenant: str, model: str | None) -> tuple[str, Any]:
+    async def _tokenizer(self, tenant: str, model: str | None) -> tuple[str, ModelTokenizer]:
         """(base model, its tokenizer) for the model named (an adapter: its base model's)."""
         if model is None:
             s = self.backend.settings
@@ -69,30 +68,30 @@ class TokenizeServing:
 
         def encode() -> list[int]:
             if chat is None:
-                return list(tok.encode(body.prompt, add_special_tokens=body.specials()))
+                return tok.encode(body.prompt or "", body.specials())
             try:
-                text = render_chat(tok, chat, body.add_generation_prompt, body.continue_final_message)
-            except Exception as exc:  # noqa: BLE001 - the template's refusal (jinja2 TemplateError, ValueError)
-                raise _invalid(f"the model's chat template refused the messages: {exc}", "messages") from None
-            return list(tok.encode(text, add_special_tokens=body.specials()))
+                text = tok.render_chat(chat, body.add_generation_prompt, body.continue_final_message)
+            except TemplateError as exc:
+                raise _invalid(str(exc), "messages") from None
+            return tok.encode(text, body.specials())
 
         ids = await _run(encode, size)
         return {
             "count": len(ids),
             "max_model_len": self.tokenizers.max_model_len(base),
             "tokens": ids,
-            "token_strs": list(tok.convert_ids_to_tokens(ids)) if body.return_token_strs else None,
+            "token_strs": tok.token_strs(ids) if body.return_token_strs else None,
         }
 
     async def detokenize(self, body: DetokenizeRequest, tenant: str) -> dict[str, Any]:
         _, tok = await self._tokenizer(tenant, body.model)
-        vocab = len(tok)
+        vocab = tok.vocab_size
         bad = sorted({t for t in body.tokens if t >= vocab})
         if bad:
             raise _invalid(
                 f"token id(s) {bad[:10]} are outside the model's vocabulary of {vocab} tokens", "tokens"
             )
-        return {"prompt": await _run(lambda: str(tok.decode(body.tokens)), len(body.tokens))}
+        return {"prompt": await _run(lambda: tok.decode(body.tokens), len(body.tokens))}
 
 
 async def _run(fn: Callable[[], T], size: int) -> T:
