@@ -119,7 +119,8 @@ class BrokerMemoryWatch:
                 self.say(
                     f"kafka: the embedded broker holds {rss / 2**20:,.0f} MiB (RSS, past "
                     f"{step * self.warn_bytes / 2**20:,.0f} MiB; SY_BROKER_RSS_WARN_MB): it keeps every "
-                    "byte written in memory until it restarts. Restart `switchyard up` to free it, or "
-                    "point SY_KAFKA_BOOTSTRAP at Apache Kafka"
+                    "byte written in memory until it restarts, and each request costs it more CPU the "
+                    "more it holds. Restart `switchyard up` to free it, or point SY_KAFKA_BOOTSTRAP at "
+                    "Apache Kafka"
                 )
         return rss
