@@ -4,7 +4,8 @@ FastAPI endpoint (issue #36).
 
 The engine is made nearly free: sy-tiny with `max_tokens=1`, unstreamed, so what is measured is
 what a request costs on its way through. Load is open-loop (requests sent on a fixed schedule,
-whatever the answers do), stepping the offered rate up by √2 each STEP_S seconds. The first step's
+whatever the answers do), stepping the offered rate up by √2 each STEP_S seconds, then narrowing
+the rate between the last step that held and the first that did not by REFINE geometric halvings. The first step's
 p99 is the unloaded latency; a step holds when every request succeeds, the answered rate keeps up
 with the offered one (≥ 95 %) and p99 stays within twice the unloaded p99. The capacity is the
 answered rate of the last step that held.
@@ -55,6 +56,7 @@ TARGET_CACHE_ON = 0.35
 TARGET_ACCEPT = 0.5
 HIT_SET = 32
 BASE_STEPS = 3
+REFINE = 2  # halvings between the last step that held and the first that did not
 Body = Callable[[int], dict[str, Any]]
 
 
@@ -162,6 +164,19 @@ async def ramp(url: str, api_key: str, body: Body, step_s: float) -> dict[str, A
                 step = retry
             capacity = step["answered_rps"]
             rate *= math.sqrt(2)
+        # Between the last rate that held and the first that did not, REFINE geometric halvings.
+        low, high = rate / math.sqrt(2), rate
+        for _ in range(REFINE if steps and not steps[-1]["held"] and len(steps) > BASE_STEPS else 0):
+            mid = math.sqrt(low * high)
+            step = await open_loop(client, mid, step_s, body, sent)
+            sent += step["requests"]
+            step["refine"] = True
+            step["held"] = _holds(step, mid, base_p99)
+            steps.append(step)
+            if step["held"]:
+                low, capacity = mid, max(capacity, step["answered_rps"])
+            else:
+                high = mid
     return {
         "capacity_rps": capacity,
         "unloaded_p99_ms": base_p99,
