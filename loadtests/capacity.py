@@ -43,7 +43,7 @@ import httpx
 from loadtests.harness.broker import log_ends, written_since
 from loadtests.harness.client import at_most, fresh_prompts
 from loadtests.harness.report import pct
-from loadtests.harness.stack import pipeline, sy_tiny, var_dir
+from loadtests.harness.stack import forget_cache_entries, pipeline, sy_tiny, var_dir
 from loadtests.pipeline import API_KEY, start_vllm_server, wait_http
 from shared.runtime.procs import free_port, stop_process
 
@@ -278,6 +278,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         written = await written_since(boot, starts)
         queued["records_in_broker"] = sum(v["records"] for k, v in written.items() if "heartbeats" not in k)
         queued["lost"] = max(0, queued["accepted"] - queued["records_in_broker"])
+    forget_cache_entries(var)  # "unique" prompts must be new to this cache, not last run's
     with pipeline(model_dir, var, cache=True, stop_timeout_s=90) as stack:
         cases["cache_on_unique"] = await ramp(stack.url, API_KEY, unique_bodies(), step_s)
         pool = fresh_prompts(HIT_SET)

@@ -38,13 +38,14 @@ from loadtests.harness.broker import log_ends, written_since
 from loadtests.harness.client import at_most, fresh_prompts, gateway_client
 from loadtests.harness.procs import stack_processes
 from loadtests.harness.report import pct
-from loadtests.harness.stack import pipeline, sy_tiny, var_dir
+from loadtests.harness.stack import forget_cache_entries, pipeline, sy_tiny, var_dir
 from loadtests.pipeline import API_KEY, start_vllm_server
 from shared.runtime.procs import stop_process
 
 MAX_TOKENS = 64
 ENGINE = "engine"  # the bucket of the EngineCore processes, on both sides
 TARGET_RATIO = 4.0
+ANCHOR_RUNS = 2
 TARGET_CACHE_MS = 6.0
 TARGET_ADDED_TTFT_MS = 15.0
 
@@ -250,9 +251,16 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     model_dir = sy_tiny()
     var = var_dir(out, "cost-var")
     plan = workload(quick)
+    # vLLM's server on two shared cores has slow runs (a TTFT of seconds at concurrency 8, with its
+    # API server's CPU per request tripled), so it runs ANCHOR_RUNS times and each level keeps its
+    # fastest run: a slow anchor would flatter the pipeline. Every run stays in the JSON.
+    anchor_runs: list[list[dict[str, Any]]] = []
     with vllm_server(model_dir, var) as (url, named):
-        anchor = [await block(url, "none", named, c, n, s) for c, n, s in plan]
+        for _ in range(ANCHOR_RUNS):
+            anchor_runs.append([await block(url, "none", named, c, n, s) for c, n, s in plan])
+    anchor = [max(runs, key=lambda r: r["requests_per_s"]) for runs in zip(*anchor_runs, strict=True)]
     cases: dict[str, list[dict[str, Any]]] = {}
+    forget_cache_entries(var)
     for cache in (False, True):
         with pipeline(model_dir, var, cache=cache, stop_timeout_s=90) as stack:
             named = stack_processes(stack.endpoints)
@@ -273,6 +281,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         },
         "pools": "one vLLM pool (sy-tiny), the same engine flags as the anchor",
         "vllm_openai_server": anchor,
+        "vllm_openai_server_runs": anchor_runs,
         "switchyard_cache_off": cases["cache_off"],
         "switchyard_cache_on": cases["cache_on"],
         "summary": summary,

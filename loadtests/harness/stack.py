@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,12 @@ def overrides() -> dict[str, str]:
     of one setting); the shell's own SY_* are not passed on, so a stray export changes nothing."""
     pairs = (item.partition("=") for item in os.environ.get("LOADTESTS_STACK_ENV", "").split())
     return {k: v for k, sep, v in pairs if sep and k.startswith("SY_")}
+
+
+def forget_cache_entries(var_dir: Path) -> None:
+    """Drop what an earlier run stored in the embedded Milvus (its data, not its unpacked binaries):
+    a scenario whose prompts are new must not find last run's answers to them."""
+    shutil.rmtree(var_dir / "milvus" / "data", ignore_errors=True)
 
 
 def stack_env(model_dir: Path, var_dir: Path, **extra_env: str) -> dict[str, str]:
