@@ -10,8 +10,8 @@ request and in the sum of the hop p50s.
 
 The embedded broker keeps every byte in memory with no retention, and its fetch time grows with
 the batches a partition holds: if it cannot hold the run, the run stops once a window's p50 is
-STOP_FACTOR x the first window's, and reports how far it went and where the launcher warned
-(SY_BROKER_RSS_WARN_MB).
+STOP_FACTOR x the first window's or its answered rate under half the first window's, and reports
+how far it went and where the launcher warned (SY_BROKER_RSS_WARN_MB).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ WINDOWS = 10
 CONCURRENCY = 16
 TARGET_RATIO = 1.2
 STOP_FACTOR = 10.0
+STOP_RATE_SHARE = 0.5  # a window answering under half the first window's rate: the broker cannot hold it
 WARNING = "kafka: the embedded broker holds"
 
 
@@ -141,6 +142,9 @@ async def run(out: Path, quick: bool = False, requests: int | None = None) -> di
                     break
                 if row["p50_ms"] > STOP_FACTOR * rows[0]["p50_ms"]:
                     stopped = f"p50 over {STOP_FACTOR:g}x the first window's"
+                    break
+                if row["requests_per_s"] < STOP_RATE_SHARE * rows[0]["requests_per_s"]:
+                    stopped = f"answered rate under {STOP_RATE_SHARE:.0%} of the first window's"
                     break
         warned = warned_at(log, marks)
     first, last = rows[0], rows[-1]
