@@ -28,7 +28,7 @@ class LauncherSettings(Section):
     broker_rss_warn_mb: int = Field(
         default=48,
         ge=0,
-        description="`switchyard up` warns when the embedded broker's RSS crosses this many MiB, and again at each further multiple: the embedded broker keeps every byte in memory until it restarts and its CPU per request grows with what it holds; the pipeline's CPU per request passes 1.2x its start near 48 MiB (~6k ordinary requests, `loadtests stability`) (0: never warn)",
+        description="`switchyard up` warns when the embedded broker's RSS crosses this many MiB, and again at each further multiple: the embedded broker keeps every byte in memory until it restarts and its CPU per request grows with what it holds; the pipeline's CPU per request passes 1.2x its start near 50 MiB (~7k ordinary requests, `loadtests stability`): warn a little before (0: never warn)",
     )
     canary_interval_s: float = Field(
         default=120.0,
