@@ -91,6 +91,13 @@ def test_cost_targets_read_the_right_rows() -> None:
     assert s["added_ttft_p50_ms_c1"] == 8.0 and s["added_ttft_pass"]
     off[2]["off_engine_cpu_ms_per_request"] = 21.0  # c8 streamed: 4.2x the anchor
     assert not cost.summarise(anchor, off, on)["off_engine_vs_anchor_pass"]
+    slow = [{**r, "requests_per_s": 1.0, "ttft_p50_ms": 8.0 if r["stream"] else None,
+             "cpu_ms_per_request": {"api_server": 10.0}} for r in anchor]  # fmt: skip
+    fast = [{**r, "requests_per_s": 9.0} for r in anchor]
+    both = cost.summarise_runs([slow, fast], off, on)
+    assert both["anchor_api_server_cpu_ms_per_request"] == 5.0  # the faster run's CPU
+    assert both["added_ttft_p50_ms_c1"] == 12.0  # the lowest TTFT of any run: 20 - 8
+    assert both["off_engine_vs_each_anchor_run"] == [2.1, 4.2]
 
 
 def test_engine_processes_are_told_apart_by_their_title() -> None:
