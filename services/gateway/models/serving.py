@@ -38,6 +38,12 @@ def _adapter_card(a: Any) -> dict[str, Any]:
     }
 
 
+def registry_down(exc: Exception) -> ApiError:
+    """The 503 for a registry that did not answer (logged): the id may be an adapter, so no 404."""
+    log.warning("registry unavailable", error=str(exc))
+    return ApiError(503, "the adapter registry is unavailable; retry", "registry_unavailable")
+
+
 class ModelCatalog:
     """Lists models and pins adapters onto requests (resolved as the tenant sees them)."""
 
@@ -67,10 +73,7 @@ class ModelCatalog:
         try:
             adapters = await self.backend.list_adapters(tenant)
         except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
-            log.warning("registry unavailable", error=str(exc))
-            raise ApiError(
-                503, "the adapter registry is unavailable; retry", "registry_unavailable"
-            ) from None
+            raise registry_down(exc) from None
         for a in adapters:
             if a.name == model_id:
                 return _adapter_card(a)
@@ -96,10 +99,7 @@ class ModelCatalog:
         try:
             manifest = await self.backend.resolve_adapter(tenant, ref)
         except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
-            log.warning("registry unavailable", error=str(exc))
-            raise ApiError(
-                503, "the adapter registry is unavailable; retry", "registry_unavailable"
-            ) from None
+            raise registry_down(exc) from None
         if manifest is None:
             raise missing
         return manifest
