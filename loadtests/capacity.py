@@ -324,13 +324,3 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         },
         "summary": summary,
     }
-
-
-if __name__ == "__main__":  # python -m loadtests.capacity [--quick]
-    import json
-
-    from loadtests.harness.report import write_result
-
-    result = asyncio.run(run(Path("var/bench"), quick="--quick" in sys.argv))
-    write_result(Path("var/bench"), "capacity", result)
-    print(json.dumps(result["summary"], indent=2))

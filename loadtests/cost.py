@@ -23,8 +23,6 @@ cache off ≤ 4x the anchor's; the cache adds ≤ 6 ms of CPU per miss; added TT
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +33,7 @@ import httpx
 import psutil
 
 from loadtests.harness.broker import log_ends, written_since
-from loadtests.harness.client import at_most, fresh_prompts, gateway_client
+from loadtests.harness.client import at_most, fresh_prompts, gateway_client, one
 from loadtests.harness.procs import stack_processes
 from loadtests.harness.report import pct
 from loadtests.harness.stack import forget_cache_entries, pipeline, sy_tiny, var_dir
@@ -92,37 +90,20 @@ async def request(
     client: httpx.AsyncClient, messages: list[dict[str, str]], stream: bool, model: str = "sy-tiny"
 ) -> dict[str, Any]:
     """One chat request of exactly MAX_TOKENS tokens; TTFT (streamed), seconds, the `switchyard` object."""
-    body: dict[str, Any] = {
+    if stream:
+        return await one(client, messages, model=model, max_tokens=MAX_TOKENS)
+    body = {
         "model": model,
         "messages": messages,
         "max_tokens": MAX_TOKENS,
         "min_tokens": MAX_TOKENS,
         "temperature": 0,
-        "stream": stream,
     }
     t0 = time.perf_counter()
-    if not stream:
-        r = await client.post("/chat/completions", json=body)
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
-        data = r.json()
-        return {"ttft_s": None, "seconds": time.perf_counter() - t0, "switchyard": data.get("switchyard")}
-    body["stream_options"] = {"include_usage": True}
-    ttft = None
-    info = None
-    async with client.stream("POST", "/chat/completions", json=body) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            choices = chunk.get("choices") or []
-            if ttft is None and choices and (choices[0].get("delta") or {}).get("content"):
-                ttft = time.perf_counter() - t0
-            if chunk.get("switchyard"):
-                info = chunk["switchyard"]
-    return {"ttft_s": ttft, "seconds": time.perf_counter() - t0, "switchyard": info}
+    r = await client.post("/chat/completions", json=body)
+    if r.status_code != 200:
+        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
+    return {"ttft_s": None, "seconds": time.perf_counter() - t0, "switchyard": r.json().get("switchyard")}
 
 
 def hop_percentiles(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -308,13 +289,3 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
         "switchyard_cache_on": cases["cache_on"],
         "summary": summary,
     }
-
-
-if __name__ == "__main__":  # python -m loadtests.cost [--quick]
-    import sys
-
-    from loadtests.harness.report import write_result
-
-    result = asyncio.run(run(Path("var/bench"), quick="--quick" in sys.argv))
-    write_result(Path("var/bench"), "cost", result)
-    print(json.dumps(result["summary"], indent=2))

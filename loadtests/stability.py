@@ -177,14 +177,3 @@ async def run(out: Path, quick: bool = False, requests: int | None = None) -> di
         "windows": rows,
         "summary": summary,
     }
-
-
-if __name__ == "__main__":  # python -m loadtests.stability [--quick]
-    import json
-    import sys
-
-    from loadtests.harness.report import write_result
-
-    result = asyncio.run(run(Path("var/bench"), quick="--quick" in sys.argv))
-    write_result(Path("var/bench"), "stability", result)
-    print(json.dumps(result["summary"], indent=2))
