@@ -4,47 +4,26 @@ real replies of the app, with a fake pipeline behind it, validate against them s
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import BaseModel
-from switchyard.v1.envelope_pb2 import Choice
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ResultStore
 from services.gateway.rollouts.protocol import Rollout
 from services.gateway.rollouts.store import RolloutStore
 from shared.batches.store import BatchObject, BatchStore, new_batch_id
 from shared.openai import protocol
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Envelope
 from shared.runtime.storage import open_store
+from tests.helpers.answering import Answering
 
 AUTH = {"Authorization": "Bearer sk-a"}
 CHAT = {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-class Answering:
-    """The pipeline: every request is answered at once (chat, completions; async ones queue)."""
-
-    def __init__(self) -> None:
-        self.replies = ReplyRouter()
-        self.submitted: list[Envelope] = []
-
-    async def submit(self, env: Envelope, topic: str | None = None) -> None:
-        self.submitted.append(Envelope.FromString(env.SerializeToString()))
-        if env.request_id in self.replies.waiters:
-            out = Envelope()
-            out.CopyFrom(env)
-            out.response.choices.append(Choice(index=0, text="hello", finish_reason="stop"))
-            out.response.usage.prompt_tokens, out.response.usage.completion_tokens = 3, 1
-            out.response.usage.total_tokens = 4
-            loop = asyncio.get_running_loop()
-            loop.call_later(0.01, self.replies.on_response, out, 0)
 
 
 def app_for(tmp_path: Path, pipe: Answering) -> Any:

@@ -7,24 +7,23 @@ Triton refuses what its model lacks; each field that changes the output is in th
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
-from switchyard.v1.envelope_pb2 import Choice
 
 from services.batch.lines import envelope_for
 from services.cache.keys import cache_key, sampling_key
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ResultStore
 from services.triton_worker.client import unsupported_options
 from shared.generation.engine_io import sampling_kwargs
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope, Rejected, validate
+from tests.helpers.answering import Answering
 from tests.helpers.envelopes import chat as chat_envelope
 
 AUTH = {"Authorization": "Bearer sk-a"}
@@ -59,21 +58,6 @@ def envelope_value(env: Envelope, name: str) -> Any:
     return pytest.approx(v) if isinstance(v, float) else v
 
 
-class Answering:
-    """The pipeline: records what the gateway produced and answers it at once."""
-
-    def __init__(self) -> None:
-        self.replies = ReplyRouter()
-        self.sent: list[Envelope] = []
-
-    async def submit(self, env: Envelope, topic: str | None = None) -> None:
-        self.sent.append(Envelope.FromString(env.SerializeToString()))
-        if env.request_id in self.replies.waiters:
-            out = Envelope.FromString(env.SerializeToString())
-            out.response.choices.append(Choice(index=0, text="ok", finish_reason="stop"))
-            asyncio.get_running_loop().call_later(0.01, self.replies.on_response, out, 0)
-
-
 def gateway(tmp_path: Path, pipe: Answering) -> httpx.AsyncClient:
     settings = Settings(var_dir=tmp_path, api_keys={"sk-a": "acme"}, gateway_timeout_s=3)
     backend = Backend(
@@ -96,8 +80,8 @@ async def test_each_field_reaches_the_envelope_on_every_route(tmp_path: Path, na
             assert r.status_code == 200, r.text
         r = await http.post("/v1/requests", json={"body": {**CHAT, name: value}}, headers=AUTH)
         assert r.status_code == 202, r.text
-    assert len(pipe.sent) == 3
-    for env in pipe.sent:
+    assert len(pipe.submitted) == 3
+    for env in pipe.submitted:
         assert envelope_value(env, name) == in_envelope, (name, env.request.sampling)
     line = {"line": 1, "custom_id": "a", "body": {**CHAT, name: value}}
     batched = envelope_for(line, "/v1/chat/completions", "batch_x", "acme", 0)
@@ -108,7 +92,7 @@ async def test_unset_fields_stay_unset_in_the_envelope(tmp_path: Path) -> None:
     pipe = Answering()
     async with gateway(tmp_path, pipe) as http:
         assert (await http.post("/v1/chat/completions", json=CHAT, headers=AUTH)).status_code == 200
-    s = pipe.sent[0].request.sampling
+    s = pipe.submitted[0].request.sampling
     for name in FIELDS:
         if name in ("stop_token_ids", "allowed_token_ids", "bad_words", "logit_bias"):
             assert not getattr(s, name), name
@@ -164,7 +148,7 @@ async def test_hostile_values_are_a_400_with_the_reason(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param and reason in err["message"], err
-    assert not pipe.sent
+    assert not pipe.submitted
 
 
 def test_sampling_kwargs_build_a_real_vllm_sampling_params() -> None:
