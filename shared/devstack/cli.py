@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from collections import defaultdict
 
 from shared.runtime.config import Settings
@@ -104,76 +103,6 @@ def cmd_asyncapi(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from shared.devstack.profiling import report, runner
-    from shared.devstack.profiling.scenarios import SCENARIOS, Scenario
-    from shared.devstack.wiring import endpoints_file
-
-    out = Path(args.out)
-    if args.report_only:
-        path, a = report.write(json.loads(Path(args.report_only).read_text()), out)
-        print(f"report: {path}\n{json.dumps(a['dominant_stage'])}")
-        return 0
-    if args.scenario not in SCENARIOS:
-        print(f"unknown scenario {args.scenario!r}; choose from {sorted(SCENARIOS)}", file=sys.stderr)
-        return 2
-    over = {k: v for k, v in (("duration_s", args.duration), ("rate_rps", args.rate)) if v is not None}
-    if args.concurrency is not None:
-        over.update(concurrency=args.concurrency, mode="concurrency")
-    elif args.rate is not None:
-        over["mode"] = "rate"
-    if args.cache_hit_ratio is not None:
-        over["cache_hit_ratio"] = args.cache_hit_ratio
-    if args.adapter_mix:
-        over["adapter_mix"] = json.loads(args.adapter_mix)
-    sc = Scenario.model_validate({**SCENARIOS[args.scenario].model_dump(), **over})
-    settings = _settings()
-    services: dict[str, str] = {}
-    gateway = args.url
-    ep = endpoints_file(settings)
-    if ep.is_file():
-        services = {n: i["url"] for n, i in json.loads(ep.read_text())["services"].items()}
-        gateway = gateway or services.get("gateway")
-    if not gateway:
-        print("no gateway: pass --url or start `switchyard up`", file=sys.stderr)
-        return 2
-    key = args.api_key or next(iter(settings.api_keys), "")
-    print(f"profile {sc.name}: {sc.mode}, {sc.duration_s:.0f} s against {gateway}")
-    load = runner.run(sc, gateway, services, key)
-    if args.engine_trace:
-        from shared.devstack.profiling import engine_trace
-
-        worker = services.get("vllm_worker")
-        if not worker:
-            load.close()
-            print("--engine-trace needs the vLLM worker of a running `switchyard up`", file=sys.stderr)
-            return 2
-        data, answer = asyncio.run(
-            engine_trace.capture(
-                load,
-                worker,
-                settings.internal_token.get_secret_value(),
-                delay_s=min(2.0, sc.duration_s / 4),
-                window_s=min(args.engine_trace_s, sc.duration_s / 2),
-                prefix=f"sy-{sc.name}-{int(time.time())}",
-            )
-        )
-        data["engine_trace"] = engine_trace.collect(answer, out)
-    else:
-        data = asyncio.run(load)
-    if ep.is_file():  # restarts during the run, by cause (SIGKILL: most often the OOM killer)
-        data["service_exits"] = {
-            n: i.get("exits", {}) for n, i in json.loads(ep.read_text())["services"].items()
-        }
-    runner.save(data, out)
-    path, a = report.write(data, out)
-    print(f"report: {path}")
-    print(json.dumps({k: a[k] for k in ("completed", "failed", "tokens_per_s", "e2e_ms", "dominant_stage")}))
-    return 0 if a["completed"] else 1
-
-
 def cmd_hash_key(args: argparse.Namespace) -> int:
     from shared.runtime.auth import hash_key
 
@@ -205,26 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     p_build.set_defaults(func=cmd_models)
     p_async = sub.add_parser("asyncapi", help="print the AsyncAPI document of the topics")
     p_async.set_defaults(func=cmd_asyncapi)
-    p_prof = sub.add_parser("profile", help="load a running stack with a scenario; HTML + JSON report")
-    p_prof.add_argument(
-        "--scenario", default="smoke", help="smoke, interactive, saturate, long-prompts, cache-heavy"
-    )
-    p_prof.add_argument("--duration", type=float, help="seconds (overrides the scenario)")
-    p_prof.add_argument("--rate", type=float, help="open loop: requests per second")
-    p_prof.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
-    p_prof.add_argument("--cache-hit-ratio", type=float, help="share of repeated prompts")
-    p_prof.add_argument("--adapter-mix", help='JSON, e.g. {"": 0.5, "math": 0.5}')
-    p_prof.add_argument("--url", help="gateway URL (default: the running `switchyard up`)")
-    p_prof.add_argument("--api-key", help="default: the first of SY_API_KEYS")
-    p_prof.add_argument("--out", default="var/profile", help="where run.json, analysis.json, report.html go")
-    p_prof.add_argument(
-        "--engine-trace",
-        action="store_true",
-        help="capture a torch profiler trace of the vLLM engine during the run (linked in the report)",
-    )
-    p_prof.add_argument("--engine-trace-s", type=float, default=3.0, help="length of that trace window")
-    p_prof.add_argument("--report-only", metavar="RUN_JSON", help="only render the report of a recorded run")
-    p_prof.set_defaults(func=cmd_profile)
+    from shared.devstack.profiling.command import add_parser as add_profile_parser
+
+    add_profile_parser(sub)  # `switchyard profile` (shared/devstack/profiling/command.py)
     from shared.devstack.batch_cli import add_parser as add_batch_parser  # batch jobs (issue 9)
 
     add_batch_parser(sub)

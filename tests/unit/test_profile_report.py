@@ -1,44 +1,22 @@
-"""The profile report: analysis of a recorded run (stages, dominant stage, refinements) and every plot."""
+"""The profile report: analysis of a recorded run (per-pool stacks, the critical-path headline,
+refinements) and every chart, with a reason in place of each chart that has no data."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from shared.devstack.profiling import report
+from shared.devstack.profiling.analysis import OUTSIDE
 from shared.devstack.profiling.runner import parse_metrics
 from shared.devstack.profiling.scenarios import SCENARIOS, Scenario
-
-
-def request(
-    t: float, worker_ms: float, hop_ms: float, pool: str = "vllm", adapter_load: bool = False
-) -> dict:
-    rows = [
-        {"stage": "gateway_accept", "duration_ms": 0.5},
-        {"stage": "queue", "topic": "sy.requests", "duration_ms": hop_ms},
-        {"stage": "preprocess", "duration_ms": 0.2},
-        {"stage": "queue", "topic": "sy.infer.vllm", "duration_ms": 3.0},
-        {"stage": "vllm_worker", "duration_ms": worker_ms},
-        {"stage": "ttft", "parent": "vllm_worker", "duration_ms": 10.0},
-        {"stage": "decode", "parent": "vllm_worker", "duration_ms": worker_ms - 10, "itl_ms": "2,3,4"},
-    ]
-    if adapter_load:
-        rows.append({"stage": "adapter_load", "parent": "vllm_worker", "duration_ms": 40.0})
-    total = sum(r["duration_ms"] for r in rows if "parent" not in r)
-    return {
-        "start": t,
-        "end": t + total / 1000,
-        "status": 200,
-        "ttft_ms": 15.0,
-        "chunk_gaps_ms": [5.0],
-        "tokens": 8,
-        "e2e_ms": total + 1.0,
-        "switchyard": {"breakdown": rows, "pool": pool, "e2e_ms": total + 1.0, "stages_total_ms": total},
-    }
+from tests.helpers.profile_runs import lag_samples, request, run_of, two_pools
 
 
 def recorded_run() -> dict:
-    reqs = [request(100 + i * 0.1, 50.0, 2.0) for i in range(99)]
-    reqs.append(request(110, 20.0, 900.0, adapter_load=True))  # one slow request stuck in a hop
+    """One pool; one slow request stuck in a hop; one refused request; an adapter load."""
+    reqs = [request(100 + i * 0.1, "vllm", 50.0) for i in range(99)]
+    reqs.append(request(110, "vllm", 20.0, hop_ms=900.0, adapter="math@2", adapter_load=True))
     reqs.append(
         {
             "start": 111,
@@ -50,50 +28,146 @@ def recorded_run() -> dict:
             "error": "rate",
         }
     )
-    samples = [
-        {"t": 100 + i, "service": "preprocess", "series": {"sy_consumer_lag{stage=preprocess}": float(i % 3)}}
-        for i in range(12)
-    ] + [
-        {"t": 100 + i, "service": "vllm_worker", "series": {"vllm:num_preemptions_total{}": float(i // 4)}}
-        for i in range(12)
-    ]
-    return {
-        "scenario": SCENARIOS["smoke"].model_dump(),
-        "started": 100.0,
-        "finished": 112.0,
-        "requests": reqs,
-        "samples": samples,
-        "service_exits": {"vllm_worker": {"SIGKILL": 1}, "router": {}},
-    }
+    return run_of(reqs, service_exits={"vllm_worker": {"SIGKILL": 1}, "router": {}})
 
 
-def test_analysis_names_the_dominant_stage_and_keeps_refinements_apart() -> None:
+def figure(page: str, name: str) -> str:
+    m = re.search(rf'<figure id="plot-{name}".*?</figure>', page, re.S)
+    assert m, name
+    return m.group(0)
+
+
+def test_analysis_keeps_stages_in_order_and_refinements_apart() -> None:
     a = report.analyse(recorded_run())
     assert (a["requests"], a["completed"], a["failed"]) == (101, 100, 1)
-    assert list(a["stages"]) == [
-        "gateway_accept",
-        "hop:sy.requests",
-        "preprocess",
-        "hop:sy.infer.vllm",
-        "vllm_worker",
-    ]
-    assert a["dominant_stage"] == {"p50": "vllm_worker", "p99": "hop:sy.requests"}
-    assert a["stages"]["vllm_worker"]["p50_ms"] == 50.0
+    assert list(a["stages"])[:5] == ["gateway_accept", "hop:sy.requests", "cache", "hop:sy.routing", "router"]
+    assert a["stages"]["vllm_worker"]["p50_ms"] == 50.0 and a["stages"]["vllm_worker"]["n"] == 100
     assert set(a["refinements"]) == {"ttft", "decode", "adapter_load"}  # never added to their parent
     assert a["itl_ms"]["n"] == 300 and a["itl_ms"]["p50"] == 3.0
-    assert a["adapter_loads"] == 1 and a["pools"] == {"vllm": 100}
-    assert a["breakdown_coverage_ms"]["gap_max"] == 1.0
+    assert a["adapter_loads"] == 1 and list(a["pools"]) == ["vllm"]
+    assert a["breakdown_coverage_ms"]["gap_max"] == 0.0
     assert a["preemptions"] == 2.0 and a["oom_kills_suspected"] == 1
     assert a["service_exits"] == {"vllm_worker": {"SIGKILL": 1}}
+    # The slowest request's time is mostly the stuck hop.
+    assert a["dominant_stage"]["slowest_1pct"] == "hop:sy.requests"
 
 
-def test_report_builds_with_every_plot(tmp_path: Path) -> None:
-    path, a = report.write(recorded_run(), tmp_path)
+def test_each_pool_is_stacked_apart_and_checked_against_its_own_median() -> None:
+    """Stacking stage medians across two pools (the old chart) gave a bar no request ever took."""
+    a = report.analyse(two_pools())
+    assert set(a["pools"]) == {"vllm", "triton"}
+    vllm, triton = a["pools"]["vllm"], a["pools"]["triton"]
+    assert "triton_worker" not in vllm["p50_stack_ms"] and "vllm_worker" not in triton["p50_stack_ms"]
+    assert list(vllm["p50_stack_ms"])[-1] == OUTSIDE  # the client's time beyond the breakdown, last
+    for p in (vllm, triton):
+        c = p["check"]
+        assert c["within_tolerance"] and abs(c["stack_ms"] - c["e2e_p50_ms"]) <= 0.1 * c["e2e_p50_ms"], c
+    assert 70 < vllm["check"]["stack_ms"] < 90 and 100 < triton["check"]["stack_ms"] < 120
+    # Each pool's stack stays under the run's slowest pool's median; summed across pools it would not.
+    across = sum(s["p50_ms"] for s in a["stages"].values())
+    assert across > 1.3 * a["e2e_ms"]["p50"] and max(p["check"]["stack_ms"] for p in (vllm, triton)) < across
+
+
+def test_stack_check_flags_a_pool_whose_medians_do_not_add_up() -> None:
+    """Three kinds of request in one pool: a third slow in the worker, a third slow in a hop, a
+    third fast. Each stage's median is small, the median request is slow."""
+    kinds = [(200.0, 2.0), (10.0, 190.0), (10.0, 2.0)]
+    reqs = [request(100 + i * 0.01, "vllm", kinds[i % 3][0], hop_ms=kinds[i % 3][1]) for i in range(99)]
+    a = report.analyse(run_of(reqs))
+    check = a["pools"]["vllm"]["check"]
+    assert not check["within_tolerance"] and check["diff_pct"] < -10, check
+    page = report.render(run_of(reqs), a)
+    assert "stack off its measured median by more than 10% in: vllm" in figure(page, "stages")
+
+
+def test_headline_comes_from_the_critical_paths_of_the_requests_sent() -> None:
+    """Triton is the largest stage median but serves a third of the requests; the 27 ms cache
+    hold is on every request's path: over the requests sent, the cache holds the most time."""
+    run = two_pools()
+    a = report.analyse(run)
+    assert max(a["stages"], key=lambda k: a["stages"][k]["p50_ms"]) == "triton_worker"  # the old headline
+    head = a["headline"]
+    assert a["dominant_stage"]["overall"] == "cache" == head["top"]["stage"]
+    rows = {r["stage"]: r for r in head["critical_path"]}
+    n = head["requests_counted"]
+    triton_n = sum(1 for r in run["requests"] if r["switchyard"]["pool"] == "triton")
+    assert rows["triton_worker"]["share_of_requests"] == round(triton_n / n, 4)
+    total = sum(
+        r["switchyard"]["breakdown"][6]["duration_ms"]
+        for r in run["requests"]
+        if r["switchyard"]["pool"] == "triton"
+    )
+    assert (
+        abs(rows["triton_worker"]["ms_per_request"] - total / n) < 0.01
+    )  # summed per request, over all sent
+    assert rows["cache"]["ms_per_request"] == 27.0 and rows["cache"]["share_of_requests"] == 1.0
+    assert abs(sum(r["share_of_time"] for r in head["critical_path"]) - 1) < 0.01
+    page = report.render(run, a)
+    assert "<b>cache</b>,\n27.0 ms per request sent" in page.replace("\r", "")
+
+
+def test_report_builds_with_every_chart_and_shows_the_client_and_scenario(tmp_path: Path) -> None:
+    run = two_pools()
+    run["requests"][5] = request(100.25, "vllm", 40.0, adapter="math@2", adapter_load=True)
+    run["requests"][7] = request(100.35, "vllm", 0.0, hit=True)
+    run["scenario"] = {**run["scenario"], "duration_s": 6.0}
+    run["overrides"] = {"duration_s": "--duration"}
+    path, a = report.write(run, tmp_path)
     page = path.read_text()
     for name in report.PLOTS:
-        assert f'id="plot-{name}"' in page and f'alt="{name}" src="data:image/png;base64,' in page
-    assert "Where the time goes: <b>vllm_worker</b> at p50" in page
-    assert (tmp_path / "analysis.json").is_file()
+        assert f'alt="{name}" src="data:image/png;base64,' in figure(page, name), name
+    assert "No data" not in page
+    assert "Sent as tenant <b>acme</b> with API key <code>sk-acm… (12 chars)</code> (--tenant)" in page
+    assert "<tr><td>duration</td><td>6 s</td><td>8 s</td><td>--duration</td></tr>" in page
+    assert (
+        "<tr><td>load</td><td>closed loop, 2 in flight</td><td>closed loop, 2 in flight</td><td></td></tr>"
+        in page
+    )
+    assert "cache hit" in a["pools"] and (tmp_path / "analysis.json").is_file()
+
+
+def test_a_chart_without_data_says_why(tmp_path: Path) -> None:
+    """Base-model traffic only, no repeated prompt, no stack metrics: those charts explain."""
+    run = two_pools(40)
+    run["samples"] = []
+    run["metrics"] = {"why_none": "no running stack's endpoints file was found (/x/var/run/endpoints.json)"}
+    page = report.render(run, report.analyse(run))
+    lag = figure(page, "lag")
+    assert (
+        'class="nodata"' in lag and "No data: no running stack&#x27;s endpoints file was found (/x/var" in lag
+    )
+    assert "No data: every request went to the base model sy-tiny" in figure(page, "adapters")
+    assert "0 hits: the scenario repeats no prompt (cache_hit_ratio 0" in figure(page, "cache")
+    # Every /metrics read failed: the first error is named.
+    run["samples"] = [{"t": 101, "service": "router", "error": "ConnectError('refused')"}]
+    assert "every /metrics read failed, e.g. router: ConnectError" in figure(
+        report.render(run, report.analyse(run)), "lag"
+    )
+    # Nothing completed: every chart says so, with the errors.
+    failed = run_of(
+        [
+            {
+                "start": 100,
+                "end": 100.1,
+                "status": 401,
+                "ttft_ms": None,
+                "tokens": 0,
+                "e2e_ms": 3.0,
+                "error": "invalid key",
+            }
+        ],
+        samples=lag_samples(),
+    )
+    page = report.render(failed, report.analyse(failed))
+    for name in ("stages", "ttft", "itl", "throughput", "cache", "adapters", "pools"):
+        assert "No data: no request completed: 1 sent, all failed (invalid key)" in figure(page, name), name
+    assert "No data" not in figure(page, "lag")  # the services' metrics were there
+    # An unstreamed scenario has no client TTFT.
+    flat = two_pools(20)
+    flat["scenario"] = {**flat["scenario"], "stream": False}
+    assert "No data: the scenario does not stream" in figure(
+        report.render(flat, report.analyse(flat)), "ttft"
+    )
 
 
 def test_metrics_text_is_parsed_with_the_prometheus_parser() -> None:
@@ -170,15 +244,17 @@ def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -
     assert s["top"][0]["name"] == "aten::addmm" and "execute_model" not in top  # annotations: no self time
     assert s["cpu_gpu_sync"] == {"calls": 1, "ms": 1.5} and s["gpu"] is True
     assert "Trace" not in s["by_category_ms"] and s["by_category_ms"]["user_annotation"] == 9.0
-    # The report links the trace and shows the table.
+    # The report links the trace and shows the table. The worker names its files relative to its
+    # own directory, which need not be the profiler's.
     table = tmp_path / "w_rank0.profiler_out.txt"  # vLLM writes its operator table beside the trace
     table.write_text("Name  Self CPU %\n")
-    answer = {"files": [str(path), str(table)], "seconds": 2.0}
+    answer = {"files": [path.name, table.name, "gone.json"], "seconds": 2.0}
     out = tmp_path / "out"
     run = recorded_run()
-    run["engine_trace"] = engine_trace.collect(answer, out)
+    run["engine_trace"] = engine_trace.collect(answer, out, base=tmp_path)
     page, a = report.write(run, out)
     html = page.read_text()
     assert 'id="engine-trace"' in html and f'href="engine-trace/{path.name}"' in html
     assert (out / "engine-trace" / path.name).is_file() and a["engine_trace"]["top"]
     assert a["engine_trace"]["files"] == [path.name] and f'href="engine-trace/{table.name}"' in html
+    assert a["engine_trace"]["missing"] == [str(tmp_path / "gone.json")] and "not found here" in html

@@ -116,14 +116,18 @@ async def capture(
     return await task, stopped.json()
 
 
-def collect(answer: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Copy the trace files next to the report (it links them) and summarise them."""
+def collect(answer: dict[str, Any], out: Path, base: Path | None = None) -> dict[str, Any]:
+    """Copy the trace files next to the report (it links them) and summarise them. The worker
+    names them relative to its own directory (`base`), which need not be ours."""
     dest = out / "engine-trace"
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
+    missing = []
     for f in answer.get("files", []):
-        src = Path(f)
-        if src.is_file():
+        src = Path(f) if base is None else base / f
+        if not src.is_file():
+            missing.append(str(src))
+        else:
             shutil.copy2(src, dest / src.name)
             copied.append(dest / src.name)
     traces = [p for p in copied if p.name.endswith((".json", ".json.gz"))]  # beside: vLLM's text table
@@ -132,5 +136,6 @@ def collect(answer: dict[str, Any], out: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:  # an unreadable trace must not cost the run's report
         summary = {"files": [p.name for p in traces], "events": 0, "top": [], "error": repr(exc)[:300]}
     summary["window_s"] = answer.get("seconds")
+    summary["missing"] = missing
     summary["links"] = [f"engine-trace/{p.name}" for p in copied]
     return summary

@@ -121,8 +121,7 @@ async def one(http: httpx.AsyncClient, url: str, key: str, body: dict[str, Any])
             r = await http.post(url, json=body, headers={"authorization": f"Bearer {key}"})
             rec["status"] = r.status_code
             data = r.json()
-            if r.status_code == 200:
-                rec["ttft_ms"] = (time.perf_counter() - p0) * 1000
+            if r.status_code == 200:  # unstreamed: the client sees no first token apart (ttft stays None)
                 rec["tokens"] = data.get("usage", {}).get("completion_tokens", 0)
                 rec["switchyard"] = data.get("switchyard")
             else:
@@ -163,7 +162,7 @@ async def sample_metrics(
     admin = admin_headers(
         load_settings()
     )  # /metrics and cache stats are admin paths (shared/runtime/admin.py)
-    while not stop.is_set():
+    while services and not stop.is_set():
         t = time.time()
         for name, base in services.items():
             row: dict[str, Any] = {"t": t, "service": name}
@@ -186,9 +185,15 @@ async def sample_metrics(
 
 
 async def run(
-    sc: Scenario, gateway: str, services: dict[str, str], api_key: str, progress: bool = True
+    sc: Scenario,
+    gateway: str,
+    services: dict[str, str],
+    api_key: str,
+    progress: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the scenario for its duration; returns the recorded run (what `report` reads)."""
+    """Run the scenario for its duration; returns the recorded run (what `report` reads). `extra`
+    goes into the record as it is (the client's tenant, the overrides, where metrics came from)."""
     gen = Generator(sc)
     records: list[dict[str, Any]] = []
     samples: list[dict[str, Any]] = []
@@ -232,6 +237,7 @@ async def run(
     if progress:
         print()
     return {
+        **(extra or {}),
         "scenario": sc.model_dump(),
         "gateway": gateway,
         "started": started,
