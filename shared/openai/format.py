@@ -148,15 +148,20 @@ def _usage(env: Envelope) -> dict[str, int]:
     }
 
 
+def pinned_adapter(env: Envelope) -> str | None:
+    """`name@version` of the adapter that answered (pinned before the cache and the router);
+    None for the base model. Replies carry it as `system_fingerprint` and `switchyard.adapter`."""
+    ref = env.adapter_ref
+    return f"{ref.name}@{ref.version}" if ref.name else None
+
+
 def switchyard_info(env: Envelope, e2e_ms: float | None = None) -> dict[str, Any]:
     """Per-stage breakdown: hops ("queue") and stages in order; refinements carry a parent."""
     rows = breakdown(env)
     top = [r for r in rows if "parent" not in r]
-    ref = env.adapter_ref
     info: dict[str, Any] = {
         "request_id": env.request_id,
-        # The adapter version that answered (pinned before the cache and the router); None: the base.
-        "adapter": f"{ref.name}@{ref.version}" if ref.name else None,
+        "adapter": pinned_adapter(env),
         "pool": env.response.pool or env.pool,
         "worker": env.response.worker,
         "breakdown": rows,
@@ -225,6 +230,7 @@ def response_body(env: Envelope, created: int, e2e_ms: float | None = None) -> d
         "object": "text_completion" if completion else "chat.completion",
         "created": created,
         "model": reply_model(env),
+        "system_fingerprint": pinned_adapter(env),
         "choices": [
             {
                 "index": c.index,
@@ -250,14 +256,16 @@ def chunk(
     role: bool = False,
     finish_reason: str | None = None,
     logprobs: dict[str, Any] | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
-    """One SSE chunk in OpenAI's streaming format."""
+    """One SSE chunk in OpenAI's streaming format; `fingerprint`: the pinned adapter, on every chunk."""
     if kind == Kind.KIND_COMPLETION:
         return {
             "id": f"cmpl-{request_id}",
             "object": "text_completion",
             "created": created,
             "model": model,
+            "system_fingerprint": fingerprint,
             "choices": [
                 {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
             ],
@@ -273,6 +281,7 @@ def chunk(
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
+        "system_fingerprint": fingerprint,
         "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 

@@ -231,6 +231,9 @@ class ChatCompletion(BaseModel):
     object: Literal["chat.completion"]
     created: int
     model: str
+    system_fingerprint: str | None = Field(
+        description="name@version of the adapter that answered; null: the base model"
+    )
     choices: list[ChatChoice]
     usage: Usage
     switchyard: SwitchyardInfo
@@ -248,6 +251,9 @@ class Completion(BaseModel):
     object: Literal["text_completion"]
     created: int
     model: str
+    system_fingerprint: str | None = Field(
+        description="name@version of the adapter that answered; null: the base model"
+    )
     choices: list[CompletionChoice]
     usage: Usage
     switchyard: SwitchyardInfo
@@ -272,6 +278,9 @@ class ChatCompletionChunk(BaseModel):
     object: Literal["chat.completion.chunk"]
     created: int
     model: str
+    system_fingerprint: str | None = Field(
+        description="name@version of the adapter that answered; null: the base model"
+    )
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     switchyard: SwitchyardInfo | None = None
@@ -291,6 +300,9 @@ class CompletionChunk(BaseModel):
     object: Literal["text_completion"]
     created: int
     model: str
+    system_fingerprint: str | None = Field(
+        description="name@version of the adapter that answered; null: the base model"
+    )
     choices: list[CompletionChunkChoice]
     usage: Usage | None = None
     switchyard: SwitchyardInfo | None = None
@@ -306,20 +318,6 @@ def sse_responses(chunk: str) -> dict[int | str, dict[str, Any]]:
             },
         }
     }
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"]
-    created: int
-    owned_by: str
-    root: str
-    parent: str | None = Field(description="the base model of an adapter; None for a base model")
-
-
-class ModelList(BaseModel):
-    object: Literal["list"]
-    data: list[ModelCard]
 
 
 class AsyncRequestStatus(BaseModel):

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
+from services.gateway.models import protocol as models_protocol
 from services.gateway.replies import ResultStore
 from services.gateway.rollouts.protocol import Rollout
 from services.gateway.rollouts.store import RolloutStore
@@ -86,7 +87,7 @@ async def test_replies_match_the_response_models(tmp_path: Path) -> None:
             assert events[-1] == "[DONE]" and len(events) >= 3, r.text
             for ev in events[:-1]:
                 strict(chunk, json.loads(ev))
-        strict(protocol.ModelList, (await http.get("/v1/models", headers=AUTH)).json())
+        strict(models_protocol.ModelList, (await http.get("/v1/models", headers=AUTH)).json())
 
         r = await http.post("/v1/requests", json={"body": CHAT}, headers=AUTH)
         assert r.status_code == 202, r.text

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 
-from shared.openai.format import response_body, to_envelope
+from shared.openai.format import pinned_adapter, response_body, to_envelope
 from shared.runtime.envelope import Envelope, ErrorCode, new_request_id
 from shared.runtime.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
@@ -30,9 +30,9 @@ log = get_logger(__name__)
 
 def adapter_header(env: Envelope) -> dict[str, str]:
     """`X-Switchyard-Adapter: name@version`, the adapter version that answered (also the body's
-    `switchyard.adapter`); nothing for the base model."""
-    ref = env.adapter_ref
-    return {"X-Switchyard-Adapter": f"{ref.name}@{ref.version}"} if ref.name else {}
+    `system_fingerprint` and `switchyard.adapter`); nothing for the base model."""
+    pinned = pinned_adapter(env)
+    return {"X-Switchyard-Adapter": pinned} if pinned else {}
 
 
 class Handover:

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from switchyard.v1.events_pb2 import StreamDelta
 
 from shared.openai.errors import error_body, error_type
-from shared.openai.format import StreamDeduper, choice_logprobs, chunk, reply_model, response_body
+from shared.openai.format import (
+    StreamDeduper,
+    choice_logprobs,
+    chunk,
+    pinned_adapter,
+    reply_model,
+    response_body,
+)
 from shared.runtime.envelope import Envelope, ErrorCode, Kind
 
 from ..replies import Waiter
@@ -43,11 +50,13 @@ class StreamReply:
         self.serving, self.env, self.waiter, self.n = serving, env, waiter, n
         self.created, self.deadline_s, self.include_usage = created, deadline_s, include_usage
         self.rid, self.kind, self.model = env.request_id, env.kind, reply_model(env)
+        # Pinned before the stream starts, so the first chunk already names the adapter version.
+        self.fingerprint = pinned_adapter(env)
         self.dedupe = StreamDeduper(n)
         self.timed_out = False
 
     def _chunk(self, index: int, **kw: Any) -> dict[str, Any]:
-        return chunk(self.kind, self.rid, self.model, self.created, index, **kw)
+        return chunk(self.kind, self.rid, self.model, self.created, index, fingerprint=self.fingerprint, **kw)
 
     def parts(self, delta: StreamDelta) -> Iterator[bytes]:
         """A delta's new text and, when asked for, its tokens' logprobs, deduped per choice."""

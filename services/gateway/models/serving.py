@@ -2,40 +2,89 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from switchyard.v1.envelope_pb2 import AdapterRef
+
 from shared.adapters.refs import parse_ref, ref_from_manifest
+from shared.adapters.registry_client import Adapter, Manifest
 from shared.runtime.envelope import Envelope, ErrorCode
-from shared.runtime.telemetry import get_logger
+from shared.runtime.telemetry import add_timing, get_logger
 
 from ..backend import Backend
 from ..errors import ApiError
+from .protocol import AdapterVersionCard, ModelCard, ModelList
 
 log = get_logger(__name__)
 
-
-def _base_card(model: str) -> dict[str, Any]:
-    return {
-        "id": model,
-        "object": "model",
-        "created": 0,
-        "owned_by": "switchyard",
-        "root": model,
-        "parent": None,
-    }
+MAX_ECHO = 256  # characters of an unknown model id quoted back in the 404
 
 
-def _adapter_card(a: Any) -> dict[str, Any]:
-    """An adapter (shared.adapters.registry_client.Adapter) as vLLM lists a LoRA: `parent` = its base."""
-    latest = a.versions[-1] if a.versions else None
-    return {
-        "id": a.name,
-        "object": "model",
-        "created": latest.created_unix_ns // 1_000_000_000 if latest else 0,
-        "owned_by": a.owner,
-        "root": a.name,
-        "parent": latest.base_model if latest else None,
-    }
+def _base_card(model: str) -> ModelCard:
+    return ModelCard(id=model, object="model", created=0, owned_by="switchyard", root=model, parent=None)
+
+
+def _version_card(a: Adapter, m: Manifest) -> AdapterVersionCard:
+    return AdapterVersionCard(
+        id=f"{a.name}@{m.version}",
+        version=m.version,
+        created=m.created_unix_ns // 1_000_000_000,
+        base_model=m.base_model,
+        rank=m.rank,
+        aliases=sorted(alias for alias, v in a.aliases.items() if v == m.version),
+    )
+
+
+def pinned_version(a: Adapter, version: int | None, alias: str | None) -> Manifest | None:
+    """The live version `name`, `name@N` or `name@alias` names now (parse_ref's parts); None if none."""
+    if alias is not None:
+        if alias not in a.aliases:
+            # A bare name is `latest`: the newest live version even if the alias is missing.
+            return a.versions[-1] if alias == "latest" and a.versions else None
+        version = a.aliases[alias]
+    return next((m for m in a.versions if m.version == version), None)
+
+
+def _adapter_card(a: Adapter, model_id: str, pinned: Manifest) -> ModelCard:
+    """An adapter as vLLM lists a LoRA (`parent` = its base), with its versions and aliases;
+    `root` and `version` say which version `model_id` pins now."""
+    return ModelCard(
+        id=model_id,
+        object="model",
+        created=pinned.created_unix_ns // 1_000_000_000,
+        owned_by=a.owner,
+        root=f"{a.name}@{pinned.version}",
+        parent=pinned.base_model,
+        version=pinned.version,
+        versions=[_version_card(a, m) for m in a.versions],
+        aliases=dict(sorted(a.aliases.items())),
+    )
+
+
+def card_body(card: ModelCard | ModelList) -> dict[str, Any]:
+    """A card as JSON: a base model's has no adapter fields (unset), but `parent: null`."""
+    return card.model_dump(mode="json", exclude_unset=True)
+
+
+def model_not_found(model: str) -> ApiError:
+    """OpenAI's 404 for a model id; a hostile id is echoed cut short, never whole."""
+    shown = model if len(model) <= MAX_ECHO else model[:MAX_ECHO] + "..."
+    return ApiError(404, f"The model '{shown}' does not exist", "model_not_found", "model")
+
+
+def pin(env: Envelope, pinned: AdapterRef, start_ns: int) -> None:
+    """The pinned version onto the envelope, and into its breakdown as `adapter_resolve`
+    (a refinement of gateway_accept, named `name@version`, as preprocess records its own pin)."""
+    env.adapter_ref.CopyFrom(pinned)
+    add_timing(
+        env,
+        "adapter_resolve",
+        start_ns,
+        time.time_ns(),
+        parent="gateway_accept",
+        adapter=f"{pinned.name}@{pinned.version}",
+    )
 
 
 def registry_down(exc: Exception) -> ApiError:
@@ -50,41 +99,62 @@ class ModelCatalog:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
-    async def list(self, tenant: str) -> dict[str, Any]:
-        """Base models, then the adapters this tenant may use (with `parent`, as vLLM lists LoRAs)."""
+    async def list(self, tenant: str) -> ModelList:
+        """Base models, then the adapters this tenant may use (with `parent`, as vLLM lists LoRAs),
+        each with its versions and aliases; without the registry, base models only (logged)."""
         data = [_base_card(m) for m in self.backend.models]
         if self.backend.list_adapters is not None:
             try:
-                adapters = await self.backend.list_adapters(tenant)
+                adapters = await self.list_adapters(tenant)
             except Exception as exc:  # noqa: BLE001 - base models are still worth listing
                 log.warning("registry unavailable; listing base models only", error=str(exc))
                 adapters = []
-            data.extend(_adapter_card(a) for a in adapters)
-        return {"object": "list", "data": data}
+            for a in adapters:
+                latest = pinned_version(a, None, "latest")
+                if latest is not None:
+                    data.append(_adapter_card(a, a.name, latest))
+        return ModelList(object="list", data=data)
 
-    async def card(self, tenant: str, model_id: str) -> dict[str, Any]:
-        """GET /v1/models/{id}: the entry /v1/models lists under that id, else 404 (another
-        tenant's private adapter too); 503 when the registry is down (the id may be an adapter)."""
+    async def card(self, tenant: str, model_id: str) -> ModelCard:
+        """GET /v1/models/{id}: a base model, or an adapter this tenant may use named as `name`,
+        `name@3` or `name@prod` (the card says which version that pins now); 404 otherwise (an
+        unknown version or alias, another tenant's private adapter, an id no adapter can have);
+        503 when the registry is down (the id may be an adapter)."""
         if model_id in self.backend.models:
             return _base_card(model_id)
-        missing = ApiError(404, f"The model '{model_id}' does not exist", "model_not_found", "model")
+        missing = model_not_found(model_id)
+        try:
+            name, version, alias = parse_ref(model_id)
+        except ValueError:
+            raise missing from None  # never an adapter: no need to ask the registry
         if self.backend.list_adapters is None:
             raise missing
         try:
-            adapters = await self.backend.list_adapters(tenant)
+            adapters = await self.list_adapters(tenant)
         except Exception as exc:  # noqa: BLE001 - registry down: say so, don't guess
             raise registry_down(exc) from None
         for a in adapters:
-            if a.name == model_id:
-                return _adapter_card(a)
+            if a.name == name:
+                pinned = pinned_version(a, version, alias)
+                if pinned is None:
+                    break
+                return _adapter_card(a, model_id, pinned)
         raise missing
+
+    async def list_adapters(self, tenant: str) -> list[Adapter]:
+        """The registry's adapters for `tenant` (its own and public ones), validated here."""
+        assert self.backend.list_adapters is not None
+        return [
+            a if isinstance(a, Adapter) else Adapter.model_validate(a)
+            for a in await self.backend.list_adapters(tenant)
+        ]
 
     async def base_of(self, tenant: str, model: str) -> str:
         """The base model behind `model`: itself, or the base of an adapter the tenant may use
         (resolved as `check` resolves it); 404 otherwise."""
         if model in self.backend.models:
             return model
-        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+        missing = model_not_found(model)
         try:
             parse_ref(model)
         except ValueError:
@@ -118,7 +188,7 @@ class ModelCatalog:
             if env is not None and env.adapter:
                 await self.pin_adapter_field(env, tenant)
             return
-        missing = ApiError(404, f"The model '{model}' does not exist", "model_not_found", "model")
+        missing = model_not_found(model)
         try:
             parse_ref(model)
         except ValueError:
@@ -130,11 +200,12 @@ class ModelCatalog:
                 "invalid_request",
                 "adapter",
             )
+        start = time.time_ns()
         manifest = await self.resolve(tenant, model, missing)
         if env is not None:
             pinned = ref_from_manifest(manifest, model)
             env.model, env.adapter = pinned.base_model, model
-            env.adapter_ref.CopyFrom(pinned)
+            pin(env, pinned, start)
 
     async def pin_adapter_field(self, env: Envelope, tenant: str) -> None:
         """`model=<base>, adapter=<name[@version|alias]>`: resolved as the tenant, for that base."""
@@ -144,6 +215,7 @@ class ModelCatalog:
         except ValueError as exc:
             raise ApiError(400, str(exc), "invalid_request", "adapter") from None
         missing = ApiError(404, f"adapter {ref!r} does not exist", ErrorCode.ADAPTER_NOT_FOUND, "adapter")
+        start = time.time_ns()
         pinned = ref_from_manifest(await self.resolve(tenant, ref, missing), ref)
         if pinned.base_model != env.model:
             raise ApiError(
@@ -152,4 +224,4 @@ class ModelCatalog:
                 "invalid_request",
                 "adapter",
             )
-        env.adapter_ref.CopyFrom(pinned)
+        pin(env, pinned, start)
