@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
-from switchyard.v1.events_pb2 import StreamDelta
 
-from shared.runtime.bus import JOB_HEADER, header, sent_ns
+from shared.runtime.bus import JOB_HEADER, decode_delta, decode_record, header, sent_ns
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Rejected, decode
+from shared.runtime.envelope import Rejected
 from shared.runtime.follow import Edge, Follower
 from shared.runtime.stage import CACHE_SHADOW_JOB
 
@@ -42,14 +41,14 @@ class ReplyHandler:
         for rec in records:
             if rec.topic == self.stream_topic:
                 try:
-                    self.replies.on_delta(StreamDelta.FromString(rec.value))
+                    self.replies.on_delta(decode_delta(rec))
                 except Exception:  # noqa: BLE001 - not ours to fail on
                     continue
                 continue
             if header(rec.headers, JOB_HEADER) in JOBS_ANSWERED_ELSEWHERE:
                 continue
             try:
-                env = decode(rec.value)
+                env = decode_record(rec)
             except Rejected:
                 continue
             if not self.replies.on_response(env, sent_ns(rec) or 0) and self.store.is_pending(

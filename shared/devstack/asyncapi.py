@@ -15,6 +15,8 @@ from switchyard.v1 import envelope_pb2, events_pb2
 
 from shared.runtime.bus import JOB_HEADER, SENT_NS_HEADER
 from shared.runtime.config import Settings
+from shared.runtime.dead_letters import DLQ_CODE_HEADER, DLQ_REASON_HEADER, DLQ_STAGE_HEADER
+from shared.runtime.envelope import REPLY_FORMAT_HEADER
 from shared.runtime.stage import CACHE_SHADOW_JOB
 from shared.runtime.topics import all_topics
 
@@ -62,6 +64,51 @@ def _message_schema(d: Descriptor, schemas: dict[str, Any]) -> None:
     schemas[d.full_name] = {"type": "object", "additionalProperties": False, "properties": props}
 
 
+def _header_schemas() -> dict[str, Any]:
+    """Record headers: those of every envelope record, and a dead letter's reason headers."""
+    dead_letter = {
+        "type": "object",
+        "description": "A dead letter says why in its headers, so a Kafka tool reads it without the schema",
+        "properties": {
+            DLQ_CODE_HEADER: {"type": "string", "description": "stable error code, e.g. schema_invalid"},
+            DLQ_REASON_HEADER: {"type": "string", "description": "why, in words (ASCII, at most 512 chars)"},
+            DLQ_STAGE_HEADER: {"type": "string", "description": "the stage that gave up on the record"},
+            "sy-source-topic": {"type": "string", "description": "where the record was read"},
+            "sy-source-partition": {"type": "string", "description": "its partition (decimal)"},
+            "sy-source-offset": {"type": "string", "description": "its offset (decimal)"},
+            "sy-original-size": {"type": "string", "description": "bytes of the original value"},
+            "sy-original-sha256": {"type": "string", "description": "sha256 of the original value"},
+        },
+    }
+    record = {
+        "type": "object",
+        "properties": {
+            "content-type": {
+                "type": "string",
+                "enum": ["application/x-protobuf", "application/json"],
+                "description": "application/json (protobuf JSON mapping) is accepted on the ingest topic; "
+                "a reply on the responses topic (and its stream deltas) is application/json when its "
+                "request was JSON or asked for it",
+            },
+            REPLY_FORMAT_HEADER: {
+                "type": "string",
+                "enum": ["json", "protobuf"],
+                "description": "ingest records: how the reply is encoded (default: as the request)",
+            },
+            "traceparent": {"type": "string", "description": "W3C trace context"},
+            SENT_NS_HEADER: {"type": "string", "description": "producer wall clock, ns since the epoch"},
+            JOB_HEADER: {
+                "type": "string",
+                "enum": ["rollout", "batch", CACHE_SHADOW_JOB, ""],
+                "description": "envelope records: the job the record belongs to (empty: a single request; "
+                "cache_shadow: a cache shadow check, answered to the cache alone); "
+                "readers that want one job pass over the others undecoded, and read records without it",
+            },
+        },
+    }
+    return {"RecordHeaders": record, "DeadLetterHeaders": dead_letter}
+
+
 def document(settings: Settings) -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     messages: dict[str, Any] = {}
@@ -78,34 +125,27 @@ def document(settings: Settings) -> dict[str, Any]:
             "payload": {"$ref": f"#/components/schemas/{d.full_name}"},
             "headers": {"$ref": "#/components/schemas/RecordHeaders"},
         }
-    schemas["RecordHeaders"] = {
-        "type": "object",
-        "properties": {
-            "content-type": {
-                "type": "string",
-                "enum": ["application/x-protobuf", "application/json"],
-                "description": "application/json (protobuf JSON mapping) is accepted on the ingest topic",
-            },
-            "traceparent": {"type": "string", "description": "W3C trace context"},
-            SENT_NS_HEADER: {"type": "string", "description": "producer wall clock, ns since the epoch"},
-            JOB_HEADER: {
-                "type": "string",
-                "enum": ["rollout", "batch", CACHE_SHADOW_JOB, ""],
-                "description": "envelope records: the job the record belongs to (empty: a single request; "
-                "cache_shadow: a cache shadow check, answered to the cache alone); "
-                "readers that want one job pass over the others undecoded, and read records without it",
-            },
-        },
-    }
+    # The same envelope in the protobuf JSON mapping: what a JSON producer writes to the ingest
+    # topic and, for such a request, what its reply on sy.responses is (docs/kafka.md).
+    messages["EnvelopeJson"] = dict(
+        messages["Envelope"],
+        name="EnvelopeJson",
+        contentType="application/json",
+        description="switchyard.v1.Envelope in the protobuf JSON mapping (field names as in the .proto; "
+        "64-bit integers as strings; enums by name, short names such as chat accepted on ingest)",
+    )
+    messages["DeadLetter"]["headers"] = {"$ref": "#/components/schemas/DeadLetterHeaders"}
+    schemas.update(_header_schemas())
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     for t in all_topics(settings):
         cid = t.spec.suffix.replace(".", "_")
         msg = t.spec.schema.rsplit(".", 1)[1]
+        names = [msg, "EnvelopeJson"] if t.spec.suffix in ("requests", "responses") else [msg]
         channels[cid] = {
             "address": t.name,
             "description": t.spec.description,
-            "messages": {msg: {"$ref": f"#/components/messages/{msg}"}},
+            "messages": {m: {"$ref": f"#/components/messages/{m}"} for m in names},
             "bindings": {
                 "kafka": {
                     "partitions": t.partitions,

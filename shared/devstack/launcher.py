@@ -178,7 +178,7 @@ class Launcher:
                 self.s = self.s.model_copy(update={"topic_partitions": EMBEDDED_TOPIC_PARTITIONS})
             self.kafka.start()
             self.bootstrap = self.kafka.bootstrap
-            self.say(f"kafka: embedded Tansu broker on {self.bootstrap} (log {self.kafka.log_path})")
+            self.say(f"kafka: {self.kafka.describe()}")
             self._watchers.append(asyncio.create_task(self.watch_broker_memory()))
         created = await self._ensure_topics()
         self.say(f"kafka: {len(created)} topics created")

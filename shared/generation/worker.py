@@ -17,7 +17,7 @@ from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
 from shared.generation.engine import GenerationEngine
 from shared.generation.engine_io import Accumulator, DeltaBatcher, deadline_error, deadline_passed
-from shared.runtime.bus import CONTENT_TYPE_HEADER, OutRecord, Producer
+from shared.runtime.bus import OutRecord, Producer, delta_value
 from shared.runtime.config import Settings
 from shared.runtime.consumer import StageConsumer
 from shared.runtime.envelope import Envelope, Rejected, set_error
@@ -46,12 +46,8 @@ class StreamPublisher:
 
     async def _send(self, delta: StreamDelta | None) -> None:
         if delta is not None:
-            record = OutRecord(
-                self.topic,
-                delta.SerializeToString(),
-                key=self.env.request_id.encode(),
-                headers=[(CONTENT_TYPE_HEADER, b"application/x-protobuf")],
-            )
+            value, headers = delta_value(delta, self.env.reply_format)
+            record = OutRecord(self.topic, value, key=self.env.request_id.encode(), headers=headers)
             (await self.producer.send_soon(record)).add_done_callback(self._acked)
 
     def _acked(self, ack: asyncio.Future[object]) -> None:

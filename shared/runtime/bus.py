@@ -18,9 +18,21 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
+from google.protobuf import json_format
+from switchyard.v1.events_pb2 import StreamDelta
 
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Envelope, Rejected, decode
+from shared.runtime.envelope import (
+    CONTENT_TYPE_JSON,
+    CONTENT_TYPE_PROTOBUF,
+    REPLY_FORMAT_HEADER,
+    Envelope,
+    Rejected,
+    ReplyFormat,
+    decode,
+    media_type,
+    reply_format_for,
+)
 from shared.runtime.telemetry import PRODUCED, get_logger
 
 log = get_logger(__name__)
@@ -51,6 +63,43 @@ def sent_ns(rec: ConsumerRecord) -> int | None:
     if rec.timestamp_type == 0 and rec.timestamp and rec.timestamp > 0:
         return int(rec.timestamp) * 1_000_000
     return None
+
+
+def decode_record(rec: ConsumerRecord) -> Envelope:
+    """The envelope of a record, by its content-type header: what every reader of sy.responses
+    uses, as a reply there is JSON when its request asked for it (docs/kafka.md)."""
+    return decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+
+
+def reply_format_of(
+    headers: Sequence[tuple[str, bytes | None]] | None, env: Envelope | None = None, strict: bool = True
+) -> int:
+    """How the reply to an ingest record is encoded (envelope.reply_format_for), from its
+    headers. `strict=False` (an error reply for a record already dying): a bad header value
+    counts as absent instead of raising."""
+    ct, asked = header(headers, CONTENT_TYPE_HEADER), header(headers, REPLY_FORMAT_HEADER)
+    try:
+        return reply_format_for(ct, asked, env)
+    except Rejected:
+        if strict:
+            raise
+        return reply_format_for(ct, None, env)
+
+
+def delta_value(delta: StreamDelta, reply_format: int) -> tuple[bytes, Headers]:
+    """A sy.stream delta's value and headers: JSON (protobuf JSON mapping) for a request whose
+    reply is JSON, so a JSON client reads its stream without our schema too."""
+    if reply_format == ReplyFormat.REPLY_FORMAT_JSON:
+        text = json_format.MessageToJson(delta, preserving_proto_field_name=True, indent=None)
+        return text.encode(), [(CONTENT_TYPE_HEADER, CONTENT_TYPE_JSON.encode())]
+    return delta.SerializeToString(), [(CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode())]
+
+
+def decode_delta(rec: ConsumerRecord) -> StreamDelta:
+    """A sy.stream record by its content-type (protobuf or JSON); raises on anything else."""
+    if media_type(header(rec.headers, CONTENT_TYPE_HEADER)) == CONTENT_TYPE_JSON:
+        return json_format.Parse(rec.value or b"", StreamDelta(), ignore_unknown_fields=True)
+    return StreamDelta.FromString(rec.value or b"")
 
 
 def rollout_envelopes(records: Iterable[ConsumerRecord]) -> list[Envelope]:

@@ -20,6 +20,7 @@ from switchyard.v1.envelope_pb2 import (
     Error,
     Kind,
     Priority,
+    ReplyFormat,
     Request,
     SamplingParams,
     Timing,
@@ -35,13 +36,18 @@ __all__ = [
     "Kind",
     "Priority",
     "DependencyUnavailable",
+    "REPLY_FORMAT_HEADER",
+    "ReplyFormat",
     "Rejected",
     "Request",
     "SamplingParams",
     "Timing",
     "decode",
     "encode",
+    "encode_reply",
     "from_json",
+    "parse_reply_format",
+    "reply_format_for",
     "new_request_id",
     "set_error",
     "to_json",
@@ -50,6 +56,9 @@ __all__ = [
 
 CONTENT_TYPE_PROTOBUF = "application/x-protobuf"
 CONTENT_TYPE_JSON = "application/json"
+_PROTOBUF_TYPES = (CONTENT_TYPE_PROTOBUF, "application/protobuf", "application/vnd.google.protobuf")
+# A request's header that picks the encoding of its reply on sy.responses: json | protobuf.
+REPLY_FORMAT_HEADER = "sy-reply-format"
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 TENANT_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -114,14 +123,96 @@ def to_json(env: Envelope) -> str:
     return json_format.MessageToJson(env, preserving_proto_field_name=True, indent=None)
 
 
+def encode_reply(env: Envelope) -> tuple[bytes, str]:
+    """A reply's value and content-type: JSON when its request asked for it (reply_format),
+    protobuf otherwise. The one place the encoding of a record on sy.responses is decided."""
+    if env.reply_format == ReplyFormat.REPLY_FORMAT_JSON:
+        return to_json(env).encode(), CONTENT_TYPE_JSON
+    return encode(env), CONTENT_TYPE_PROTOBUF
+
+
+def media_type(content_type: str | None) -> str:
+    """`application/json; charset=utf-8` -> `application/json`; protobuf when absent."""
+    return (content_type or CONTENT_TYPE_PROTOBUF).split(";")[0].strip().lower()
+
+
+def parse_reply_format(value: str) -> int:
+    """The `sy-reply-format` header's value (json | protobuf, any case) as a ReplyFormat."""
+    v = value.strip().lower()
+    if v == "json":
+        return ReplyFormat.REPLY_FORMAT_JSON
+    if v in ("protobuf", "proto"):
+        return ReplyFormat.REPLY_FORMAT_PROTOBUF
+    raise Rejected(
+        ErrorCode.INVALID_REQUEST,
+        f"header {REPLY_FORMAT_HEADER} must be json or protobuf, got {value[:40]!r}",
+    )
+
+
+def reply_format_for(content_type: str | None, asked: str | None, env: Envelope | None = None) -> int:
+    """How the reply to an ingest record is encoded: its `sy-reply-format` header (`asked`) first,
+    then a reply_format the envelope itself names, then the record's own content-type (JSON in,
+    JSON out); else unspecified, which is protobuf. A bad header value raises Rejected."""
+    if asked is not None:
+        return parse_reply_format(asked)
+    if env is not None and env.reply_format != ReplyFormat.REPLY_FORMAT_UNSPECIFIED:
+        return env.reply_format
+    if media_type(content_type) == CONTENT_TYPE_JSON:
+        return ReplyFormat.REPLY_FORMAT_JSON
+    return ReplyFormat.REPLY_FORMAT_UNSPECIFIED
+
+
+# Enum fields a JSON producer may name by their short name, any case ("chat", "Batch"), beside
+# the protobuf JSON mapping's full names (KIND_CHAT) and numbers.
+_ENUM_FIELDS = {"kind": Kind, "priority": Priority, "reply_format": ReplyFormat, "replyFormat": ReplyFormat}
+
+
+class _EnumNames:
+    """Spellings of one enum: `chat`, `Chat` and `kind_chat` all name KIND_CHAT. The
+    UNSPECIFIED value has no short name (leaving the field out says that)."""
+
+    def __init__(self, enum: type) -> None:
+        full = list(enum.keys())  # type: ignore[attr-defined]
+        prefix = full[0].removesuffix("UNSPECIFIED")  # KIND_, PRIORITY_, REPLY_FORMAT_
+        self.short = [n.removeprefix(prefix).lower() for n in full if not n.endswith("_UNSPECIFIED")]
+        self.names = {n.lower(): n for n in full} | {s: prefix + s.upper() for s in self.short}
+
+    def refusal(self, field: str, got: str) -> Rejected:
+        return Rejected(
+            ErrorCode.SCHEMA_INVALID,
+            f"{field} {got} is not one of {', '.join(self.short)} (any case) or a full name such as "
+            f"{self.names[self.short[0]]}",
+        )
+
+
+_ENUM_NAMES = {field: _EnumNames(enum) for field, enum in _ENUM_FIELDS.items()}
+
+
+def _short_enum_names(obj: dict[str, object]) -> None:
+    """Rewrite short enum names of the envelope's own fields to their full names (in place);
+    refuse an unknown name, and a bool or float, which ParseDict would take as 1 or truncate."""
+    for field, enum in _ENUM_NAMES.items():
+        value = obj.get(field)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            continue  # absent, null, or a number: the JSON mapping's own forms (validate checks it)
+        if not isinstance(value, str):
+            raise enum.refusal(field, f"of type {type(value).__name__}")
+        full = enum.names.get(value.lower())
+        if full is None:
+            raise enum.refusal(field, repr(value[:40]))
+        obj[field] = full
+
+
 def from_json(text: str | bytes) -> Envelope:
-    """Parse the protobuf JSON mapping strictly: unknown fields and wrong types are errors."""
+    """Parse the protobuf JSON mapping strictly: unknown fields and wrong types are errors.
+    Enum fields also take short names in any case (`"kind": "chat"`)."""
     try:
         obj = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise Rejected(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise Rejected(ErrorCode.SCHEMA_INVALID, f"expected a JSON object, got {type(obj).__name__}")
+    _short_enum_names(obj)
     env = Envelope()
     try:
         json_format.ParseDict(obj, env, ignore_unknown_fields=False)
@@ -134,10 +225,10 @@ def decode(value: bytes | None, content_type: str | None = None) -> Envelope:
     """Decode a record value by its content-type header (protobuf when absent)."""
     if value is None:
         raise Rejected(ErrorCode.BAD_PROTOBUF, "record has no value")
-    ct = (content_type or CONTENT_TYPE_PROTOBUF).split(";")[0].strip().lower()
+    ct = media_type(content_type)
     if ct == CONTENT_TYPE_JSON:
         return from_json(value)
-    if ct not in (CONTENT_TYPE_PROTOBUF, "application/protobuf", "application/vnd.google.protobuf"):
+    if ct not in _PROTOBUF_TYPES:
         raise Rejected(
             ErrorCode.UNSUPPORTED_CONTENT_TYPE,
             f"content-type {ct!r} not supported; use {CONTENT_TYPE_PROTOBUF} or {CONTENT_TYPE_JSON}",

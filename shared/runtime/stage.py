@@ -17,7 +17,16 @@ from aiokafka.structs import ConsumerRecord
 from switchyard.v1.events_pb2 import DeadLetter
 
 from shared.runtime.attempts import Handler
-from shared.runtime.bus import CONTENT_TYPE_HEADER, JOB_HEADER, OutRecord, Producer, header, sent_ns
+from shared.runtime.bus import (
+    CONTENT_TYPE_HEADER,
+    JOB_HEADER,
+    OutRecord,
+    Producer,
+    decode_record,
+    header,
+    reply_format_of,
+    sent_ns,
+)
 from shared.runtime.config import Settings
 from shared.runtime.consumer import StageConsumer
 from shared.runtime.dead_letters import bounded
@@ -28,8 +37,8 @@ from shared.runtime.envelope import (
     Envelope,
     ErrorCode,
     Kind,
-    decode,
     encode,
+    encode_reply,
     set_error,
     validate,
 )
@@ -72,17 +81,25 @@ def job_of(env: Envelope) -> str:
     return "batch" if env.batch_id else ""
 
 
-def out_record(emit: Emit) -> OutRecord:
-    """Encode an Emit with the current trace context and its job in its headers."""
+def out_record(emit: Emit, replies: str | None = None) -> OutRecord:
+    """Encode an Emit with the current trace context and its job in its headers.
+
+    Protobuf, except a reply on `replies` (sy.responses) to a request that asked for JSON
+    (Envelope.reply_format, set at ingest): every stage that answers comes through here.
+    """
+    if replies is not None and emit.topic == replies:
+        value, content_type = encode_reply(emit.envelope)
+    else:
+        value, content_type = encode(emit.envelope), CONTENT_TYPE_PROTOBUF
     headers = [
-        (CONTENT_TYPE_HEADER, CONTENT_TYPE_PROTOBUF.encode()),
+        (CONTENT_TYPE_HEADER, content_type.encode()),
         (JOB_HEADER, job_of(emit.envelope).encode()),
     ]
     inject_headers(headers)
     key = emit.key if emit.key is not None else emit.envelope.request_id
     return OutRecord(
         topic=emit.topic,
-        value=encode(emit.envelope),
+        value=value,
         key=key.encode(),
         headers=headers,
         partition=emit.partition,
@@ -96,8 +113,12 @@ def envelope_handler(
     validate_input: bool = True,
     jobs: Collection[str] | None = None,
     check: RecordCheck | None = None,
+    replies: str | None = None,
 ) -> Handler:
     """Wrap a plain envelope handler into a bus handler.
+
+    `replies`: the sy.responses topic, whose records are encoded as their request asked
+    (out_record); envelope_consumer passes it.
 
     `jobs`: the only jobs this stage handles (JOB_HEADER). A record whose header names another is
     passed over undecoded, with no span: the reward and batch readers of sy.responses see every
@@ -113,7 +134,7 @@ def envelope_handler(
             if job is not None and job not in wanted:
                 return []
         received = time.time_ns()
-        env = decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+        env = decode_record(rec)
         if check is not None:
             check(rec, env)
         if validate_input:
@@ -133,7 +154,7 @@ def envelope_handler(
                 if id(e.envelope) not in seen:
                     seen.add(id(e.envelope))
                     add_timing(e.envelope, stage, start, end)
-            return [out_record(e) for e in emits]
+            return [out_record(e, replies) for e in emits]
 
     return on_record
 
@@ -162,6 +183,7 @@ def error_reply(env: Envelope, code: str, reason: str, stage: str, http_status: 
         batch_id=bounded(env.batch_id, _REPLY_FIELD_MAX),
         created_unix_ns=env.created_unix_ns,
         policy_version=bounded(env.policy_version, _REPLY_FIELD_MAX),
+        reply_format=env.reply_format,
     )
     if env.HasField("rollout"):
         r = env.rollout
@@ -197,14 +219,17 @@ def error_reply_hook(
             return []
         dl.request_id, dl.tenant = env.request_id, env.tenant
         status = 413 if dl.error_code in ("record_too_large", "output_too_large") else 400
-        return [out_record(Emit(responses, error_reply(env, dl.error_code, dl.reason, stage, status)))]
+        reply = error_reply(env, dl.error_code, dl.reason, stage, status)
+        # Also for a record that died undecoded or at ingest: JSON in, JSON out.
+        reply.reply_format = reply_format_of(rec.headers, env, strict=False)
+        return [out_record(Emit(responses, reply), responses)]
 
     return on_dead
 
 
 def _best_effort_envelope(rec: ConsumerRecord) -> Envelope | None:
     try:
-        return decode(rec.value, header(rec.headers, CONTENT_TYPE_HEADER))
+        return decode_record(rec)
     except Exception:  # noqa: BLE001 - fall back to reading ids out of JSON
         pass
     try:
@@ -237,7 +262,9 @@ def envelope_consumer(
         stage=stage,
         topics=[settings.topic(source)],
         group_id=f"{settings.topic_prefix}{stage}",
-        handler=envelope_handler(stage, handle, validate_input=validate_input, check=check),
+        handler=envelope_handler(
+            stage, handle, validate_input=validate_input, check=check, replies=settings.topic("responses")
+        ),
         producer=producer,
         settings=settings,
         dlq_topic=settings.topic("dlq"),

@@ -25,8 +25,7 @@ import httpx
 import pytest
 from switchyard.v1.events_pb2 import DeadLetter
 
-from shared.runtime.bus import header
-from shared.runtime.envelope import decode
+from shared.runtime.bus import decode_record, header
 from shared.runtime.procs import rss_bytes
 from tests.e2e.conftest import Pipeline
 from tests.helpers.kafka import collect, produce
@@ -185,8 +184,9 @@ async def test_a_foreign_producers_poison_is_dead_lettered_once_and_the_stack_go
     good_answers = Counter()
     for rec in responses:
         assert len(rec.value) <= 1024 * 1024, f"a reply of {len(rec.value)} bytes"
-        env = decode(rec.value)
+        env = decode_record(rec)  # JSON requests get JSON replies
         if env.request_id in want:
+            assert header(rec.headers, "content-type") == "application/json", rec.headers
             assert not env.error.code, env.error
             assert env.response.choices, env.request_id
             good_answers[env.request_id] += 1

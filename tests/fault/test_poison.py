@@ -19,6 +19,7 @@ import httpx
 from switchyard.v1.envelope_pb2 import ChatMessage, ContentPart, ImageUrl, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
+from shared.runtime.bus import decode_record
 from shared.runtime.envelope import Envelope, Kind, decode, encode
 from tests.helpers.kafka import collect, produce, service_env, services
 from tests.helpers.reliability import record
@@ -125,7 +126,7 @@ async def test_a_thousand_malformed_records_go_to_the_dlq_with_reasons(broker, t
             f"{topics}responses",
             0,
             timeout_s=120,
-            until=lambda rs: media_ids <= {decode(r.value).request_id for r in rs},
+            until=lambda rs: media_ids <= {decode_record(r).request_id for r in rs},
         )
         prepared = await collect(broker.bootstrap, f"{topics}prepared", len(good_ids), timeout_s=120)
         port = procs["preprocess"].port
@@ -137,7 +138,7 @@ async def test_a_thousand_malformed_records_go_to_the_dlq_with_reasons(broker, t
     # Each once, known by its sha256 (a dead letter keeps at most a 64 KiB excerpt of the input).
     assert Counter(d.original_sha256 for d in letters) == Counter(sha256(v).hexdigest() for _, v, _ in poison)
     assert all(d.original_value == v[: len(d.original_value)] for d, v in _paired(letters, poison))
-    replies = [decode(r.value) for r in answered]
+    replies = [decode_record(r) for r in answered]
     # A dead letter whose request id could still be read is answered too (its requester waits).
     replied = {e.request_id: e for e in replies}
     assert media_ids <= set(replied) and len(replied) == len(replies)

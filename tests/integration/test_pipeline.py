@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from switchyard.v1.envelope_pb2 import ChatMessage, Request, SamplingParams
 from switchyard.v1.events_pb2 import DeadLetter
 
+from shared.runtime.bus import decode_record, header
 from shared.runtime.envelope import Envelope, Kind, decode, encode, to_json
 from shared.runtime.telemetry import inject_headers, trace_id_of
 from tests.helpers.kafka import collect, produce, service_env, services
@@ -175,7 +176,11 @@ async def test_malformed_records_go_to_dlq_and_stage_keeps_serving(broker, topic
     assert "model is required" in by_code["invalid_request"].reason
     assert "SY_MAX_RECORD_BYTES" in by_code["record_too_large"].reason
     # Requesters whose id could be read get an error reply with the same reason.
-    errs = {decode(r.value).request_id: decode(r.value).error for r in replies}
+    # JSON records get JSON error replies (docs/kafka.md); decode_record reads either.
+    errs = {decode_record(r).request_id: decode_record(r).error for r in replies}
+    for r in replies:
+        as_json = header(r.headers, "content-type") == "application/json"
+        assert as_json == (decode_record(r).request_id in ("r-bad-schema", "r-unknown")), r.headers
     assert {"r-bad-schema", "r-no-model", "r-big"} <= set(errs)
     assert errs["r-no-model"].code == "invalid_request" and errs["r-no-model"].stage == "preprocess"
     assert errs["r-big"].code == "record_too_large"

