@@ -6,6 +6,12 @@ and `model=<base>, adapter=<adapter>`). The gateway pins the adapter (name@versi
 before its cache peek, so neither form reaches the base entry; both say which adapter version
 answered (`switchyard.adapter`, `X-Switchyard-Adapter`). Another tenant gets 404 in both forms.
 The key/scope logic has its unit test (tests/unit/test_gateway_adapter_pin.py).
+
+The adapter views (issue 38) on the same stack, through the openai client: `models.list()` shows an
+adapter's parent, versions and aliases, `models.retrieve()` answers a base model, an adapter and
+`name@version` / `name@alias` (404 for an unknown version, alias or another tenant), and sync,
+streamed and async replies name the `adapter@version` that answered (`system_fingerprint`).
+Their unit tests: tests/unit/test_gateway_models.py.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from shared.devstack.models.adapters import build_adapter
@@ -57,10 +64,7 @@ def wait_stored(p: Pipeline, n: int, timeout_s: float = 60, must: bool = True) -
     return True
 
 
-def test_adapter_requests_are_not_answered_from_the_base_entry(
-    stack: Pipeline, model_dir: Path, tmp_path: Path
-) -> None:
-    adapter_dir = build_adapter(model_dir, tmp_path / "lora", 1)
+def upload(p: Pipeline, name: str, adapter_dir: Path, headers: dict) -> httpx.Response:
     files = {
         "adapter_model": (
             "adapter_model.safetensors",
@@ -68,10 +72,16 @@ def test_adapter_requests_are_not_answered_from_the_base_entry(
         ),
         "adapter_config": ("adapter_config.json", (adapter_dir / "adapter_config.json").read_bytes()),
     }
-    registry = stack.endpoints["services"]["registry"]["url"]
-    r = httpx.post(
-        registry + "/v1/adapters", data={"name": "secret-lora"}, files=files, headers=A, timeout=60
+    registry = p.endpoints["services"]["registry"]["url"]
+    return httpx.post(
+        registry + "/v1/adapters", data={"name": name}, files=files, headers=headers, timeout=60
     )
+
+
+def test_adapter_requests_are_not_answered_from_the_base_entry(
+    stack: Pipeline, model_dir: Path, tmp_path: Path
+) -> None:
+    r = upload(stack, "secret-lora", build_adapter(model_dir, tmp_path / "lora", 1), A)
     assert r.status_code == 201, r.text
     version = r.json()["version"]
     label = f"secret-lora@{version}"
@@ -123,3 +133,79 @@ def test_adapter_requests_are_not_answered_from_the_base_entry(
         r = chat(stack, B, **body)
         assert r.status_code == 404, (body, r.text)
         assert r.json()["error"]["code"] == code, r.text
+
+
+def test_adapters_are_visible_to_the_openai_client(stack: Pipeline, model_dir: Path, tmp_path: Path) -> None:
+    for seed in (4, 5):
+        r = upload(stack, "view-lora", build_adapter(model_dir, tmp_path / f"v{seed}", seed), A)
+        assert r.status_code == 201, r.text
+    registry = stack.endpoints["services"]["registry"]["url"]
+    r = httpx.put(
+        registry + "/v1/adapters/view-lora/aliases/prod", json={"version": 1}, headers=A, timeout=30
+    )
+    assert r.status_code == 200, r.text
+    client = openai.OpenAI(base_url=stack.base_url, api_key="sk-a", max_retries=0, timeout=180)
+    other = openai.OpenAI(base_url=stack.base_url, api_key="sk-b", max_retries=0, timeout=180)
+
+    # The list: each adapter with its parent, versions and aliases.
+    listed = {m.id: m for m in client.models.list()}
+    card = listed["view-lora"].model_extra or {}
+    assert card["parent"] == "sy-tiny" and card["root"] == "view-lora@2" and card["version"] == 2
+    assert [v["id"] for v in card["versions"]] == ["view-lora@1", "view-lora@2"]
+    assert card["aliases"] == {"latest": 2, "prod": 1}
+    assert "view-lora" not in {m.id for m in other.models.list()}
+
+    # One card: a base model, the adapter, a version, an alias; 404 for what does not exist.
+    assert client.models.retrieve("sy-tiny").id == "sy-tiny"
+    for model_id, root in (
+        ("view-lora", "view-lora@2"),
+        ("view-lora@1", "view-lora@1"),
+        ("view-lora@prod", "view-lora@1"),
+    ):
+        got = client.models.retrieve(model_id)
+        assert got.id == model_id and (got.model_extra or {})["root"] == root, got
+    for model_id, c in (("view-lora@7", client), ("view-lora@staging", client), ("view-lora", other)):
+        with pytest.raises(openai.NotFoundError):
+            c.models.retrieve(model_id)
+
+    # Replies name the version that answered: sync (body, header, breakdown), streamed, async.
+    msg = [{"role": "user", "content": "reverse: visible"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="view-lora@prod",
+        messages=msg,
+        max_tokens=8,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    reply = raw.parse()
+    assert reply.model == "view-lora@prod" and reply.system_fingerprint == "view-lora@1"
+    assert raw.headers["x-switchyard-adapter"] == "view-lora@1"
+    info = (reply.model_extra or {})["switchyard"]
+    assert info["adapter"] == "view-lora@1"
+    assert any(
+        row["stage"] == "adapter_resolve" and row["adapter"] == "view-lora@1" for row in info["breakdown"]
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model="view-lora",
+            messages=msg,
+            max_tokens=8,
+            temperature=0,
+            stream=True,  # type: ignore[arg-type]
+        )
+    )
+    assert chunks and {c.system_fingerprint for c in chunks} == {"view-lora@2"}
+    r = httpx.post(
+        stack.base_url + "/requests",
+        json={"body": {"model": "view-lora@prod", "messages": msg, "max_tokens": 8, "temperature": 0}},
+        headers=A,
+        timeout=60,
+    )
+    assert r.status_code in (200, 202), r.text
+    deadline = time.monotonic() + 120
+    while (status := httpx.get(f"{stack.base_url}/requests/{r.json()['id']}", headers=A, timeout=30).json())[
+        "status"
+    ] == "queued" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status["status"] == "completed", status
+    assert status["result"]["system_fingerprint"] == "view-lora@1", status
+    assert status["result"]["switchyard"]["adapter"] == "view-lora@1"

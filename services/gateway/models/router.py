@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from shared.openai.protocol import ErrorBody
+
 from ..deps import Tenant, state_of
 from .protocol import ModelCard, ModelList
 from .serving import ModelCatalog, card_body
@@ -18,7 +20,14 @@ async def models(request: Request, tenant: Tenant) -> JSONResponse:
     return JSONResponse(card_body(await state_of(request, "models", ModelCatalog).list(tenant)))
 
 
-@router.get("/v1/models/{model_id:path}", response_model=ModelCard)
+@router.get(
+    "/v1/models/{model_id:path}",
+    response_model=ModelCard,
+    responses={
+        404: {"model": ErrorBody, "description": "no such model, version or alias for this tenant"},
+        503: {"model": ErrorBody, "description": "the adapter registry is unavailable"},
+    },
+)
 async def model(model_id: str, request: Request, tenant: Tenant) -> JSONResponse:
     """A base model, or an adapter this tenant may use as `name`, `name@3` or `name@alias`
     (`root` and `version` say which version that pins now); 404 otherwise."""
