@@ -11,6 +11,9 @@ request) is the count the engine will make:
 - **audio** (Whisper-style encoders, e.g. Qwen2-Audio): 16 kHz, 100 mel frames per second, a
   stride-2 convolution and a stride-2 pooling: 25 tokens per second, rounded up; Whisper's own
   encoder (no pooling) is 50 per second.
+- **sy_audio** (sy-vlm's audio encoder, shared/devstack/models/audio.py): read from the model's
+  `audio_config`: `sample_rate / (hop_length * conv_stride * pool)` per second (16000 / 640 = 25),
+  and a clip of n samples costs `ceil(n / 640)`, the count the encoder makes.
 
 The family comes from the model's `config.json` (`model_type`); a model that names none (a text
 model) gets the families named in the settings, so a request is still counted and then refused by
@@ -123,6 +126,12 @@ def audio_rate(config: dict[str, Any], default: float) -> float:
     if mtype in AUDIO_TOKENS_PER_S:
         return AUDIO_TOKENS_PER_S[mtype]
     ac = config.get("audio_config") or {}
+    if ac.get("model_type") == "sy_audio":
+        try:
+            per_token = int(ac["hop_length"]) * int(ac["conv_stride"]) * int(ac["pool"])
+            return int(ac.get("sample_rate", 16000)) / per_token
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            return default  # a malformed config: the default rule, not a crash on every request
     if ac.get("model_type") in AUDIO_TOKENS_PER_S:
         return AUDIO_TOKENS_PER_S[str(ac["model_type"])]
     return default
@@ -142,4 +151,6 @@ def model_media(
 
 
 def audio_tokens(duration_s: float, tokens_per_s: float) -> int:
-    return max(1, math.ceil(duration_s * tokens_per_s))
+    """ceil(duration * rate), at least 1; rounded first so that float error in an exact count
+    (1920 samples / 16000 * 25 = 3.0000000000000004) does not charge one token more."""
+    return max(1, math.ceil(round(duration_s * tokens_per_s, 6)))

@@ -14,6 +14,7 @@ import base64
 import binascii
 import io
 import math
+import re
 import struct
 import warnings
 from collections.abc import Callable
@@ -288,6 +289,66 @@ def sniff_audio(data: bytes) -> str | None:
     return None
 
 
+# A WAV writer that does not know the length yet (a stream, a pipe) leaves one of these as the
+# data chunk's size; such a file is read up to the limit like any other.
+WAV_UNKNOWN_LENGTH = (0, 0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class WavHeader:
+    rate: int
+    channels: int
+    block_align: int  # bytes per frame
+    declared_bytes: int  # the data chunk's size field
+    present_bytes: int  # what the file holds after the data chunk's header
+
+
+def wav_header(data: bytes) -> WavHeader | None:
+    """The fmt and data chunks of a RIFF/WAVE file, read without decoding; None when either is
+    missing (libsndfile then says what is wrong)."""
+    fmt: tuple[int, int, int] | None = None
+    i = 12
+    while i + 8 <= len(data):
+        kind, size = data[i : i + 4], struct.unpack("<I", data[i + 4 : i + 8])[0]
+        if kind == b"fmt " and size >= 16 and i + 24 <= len(data):
+            _, channels, rate, _, block_align = struct.unpack("<HHIIH", data[i + 8 : i + 22])
+            fmt = (rate, channels, block_align)
+        elif kind == b"data":
+            if fmt is None:
+                return None
+            return WavHeader(*fmt, declared_bytes=size, present_bytes=len(data) - i - 8)
+        i += 8 + size + (size & 1)
+    return None
+
+
+def check_wav_header(data: bytes, max_seconds: float) -> None:
+    """Refuse a WAV whose header declares more audio than the limit (before decoding) or more
+    samples than the file holds (a truncated or lying header, which libsndfile would read as a
+    shorter clip without a word)."""
+    h = wav_header(data)
+    if h is None or h.declared_bytes in WAV_UNKNOWN_LENGTH or h.rate <= 0 or h.block_align <= 0:
+        return
+    declared_s = h.declared_bytes / h.block_align / h.rate
+    if declared_s > max_seconds:
+        raise refuse(
+            MediaError.TOO_LARGE,
+            f"WAV header declares {declared_s:.2f} s of audio, over the limit of {max_seconds:g} s "
+            "(refused before decoding)",
+            413,
+        )
+    if h.declared_bytes > h.present_bytes:
+        raise refuse(
+            MediaError.INVALID_AUDIO,
+            f"truncated WAV: the header declares {h.declared_bytes} bytes of samples "
+            f"({declared_s:.2f} s), the file holds {max(0, h.present_bytes)}",
+        )
+
+
+def _decode_error(exc: BaseException) -> str:
+    """libsndfile's message without the repr of our in-memory buffer."""
+    return re.sub(r"^Error opening <[^>]*>: ", "", str(exc))
+
+
 @dataclass(frozen=True)
 class NormalAudio:
     data: bytes
@@ -327,6 +388,8 @@ def normalize_audio(
         )
     if fmt != declared:
         raise refuse(MediaError.MIME_MISMATCH, f"declared format {declared!r} but the bytes are {fmt}")
+    if fmt == "wav":
+        check_wav_header(data, max_seconds)
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             rate, channels, frames = f.samplerate, f.channels, f.frames
@@ -350,7 +413,7 @@ def normalize_audio(
     except Rejected:
         raise
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError, OSError, EOFError) as exc:
-        raise refuse(MediaError.INVALID_AUDIO, f"cannot decode {fmt}: {exc}") from None
+        raise refuse(MediaError.INVALID_AUDIO, f"cannot decode {fmt}: {_decode_error(exc)}") from None
     if len(pcm) > limit:
         raise refuse(MediaError.TOO_LARGE, f"audio is longer than the limit of {max_seconds:g} s", 413)
     if len(pcm) == 0:

@@ -23,6 +23,8 @@ from shared.generation.engine_io import EngineStep, Logprob, StepOutput
 from shared.runtime.envelope import DependencyUnavailable
 from shared.runtime.outages import TRITON, triton_down
 
+from .media import MediaInputs
+
 
 class TritonError(RuntimeError):
     """Triton answered with an error for this request."""
@@ -44,10 +46,10 @@ def _input(name: str, arr: np.ndarray, dtype: str) -> grpcclient.InferInput:
 
 
 def generation_inputs(
-    prompt_ids: list[int], kw: dict[str, Any], images: tuple[np.ndarray, list[int]] | None = None
+    prompt_ids: list[int], kw: dict[str, Any], media: MediaInputs | None = None
 ) -> list[grpcclient.InferInput]:
-    """Model inputs from the shared sampling kwargs (OpenAI semantics, as for vLLM); `images`:
-    a VLM's [n, S, S, 3] uint8 pixels and each image's placeholder offset in the prompt."""
+    """Model inputs from the shared sampling kwargs (OpenAI semantics, as for vLLM); `media`:
+    a multimodal model's extra inputs (media.media_inputs: pixels, audio samples, offsets)."""
     inputs = [
         _input("INPUT_IDS", np.asarray(prompt_ids, dtype=np.int32), "INT32"),
         _input("MAX_TOKENS", np.asarray([kw["max_tokens"]], dtype=np.int32), "INT32"),
@@ -65,10 +67,8 @@ def generation_inputs(
         inputs.append(_input("STOP", np.asarray([s.encode() for s in kw["stop"]], dtype=np.object_), "BYTES"))
     if kw.get("logprobs") is not None:
         inputs.append(_input("LOGPROBS", np.asarray([kw["logprobs"]], dtype=np.int32), "INT32"))
-    if images is not None:
-        pixels, offsets = images
-        inputs.append(_input("IMAGES", np.ascontiguousarray(pixels, dtype=np.uint8), "UINT8"))
-        inputs.append(_input("IMAGE_OFFSETS", np.asarray(offsets, dtype=np.int32), "INT32"))
+    for name, arr, dtype in media or []:
+        inputs.append(_input(name, np.ascontiguousarray(arr), dtype))
     return inputs
 
 
@@ -156,7 +156,7 @@ class TritonEngine:
         kw: dict[str, Any],
         request_id: str,
         token_text: Callable[[int], str] = str,
-        images: tuple[np.ndarray, list[int]] | None = None,
+        media: MediaInputs | None = None,
     ) -> AsyncIterator[EngineStep]:
         """The request's n choices as one sequence of steps (StepOutput.index = choice).
 
@@ -164,7 +164,7 @@ class TritonEngine:
         batching runs them together; `token_text` names tokens in logprobs."""
         n = int(kw.get("n", 1))
         if n == 1:
-            async for step in self._stream(model, prompt_ids, kw, request_id, 0, token_text, images):
+            async for step in self._stream(model, prompt_ids, kw, request_id, 0, token_text, media):
                 yield step
             return
         queue: asyncio.Queue[EngineStep | BaseException | None] = asyncio.Queue()
@@ -172,7 +172,7 @@ class TritonEngine:
         async def pump(i: int) -> None:
             try:
                 async for step in self._stream(
-                    model, prompt_ids, choice_kwargs(kw, i), f"{request_id}/{i}", i, token_text, images
+                    model, prompt_ids, choice_kwargs(kw, i), f"{request_id}/{i}", i, token_text, media
                 ):
                     await queue.put(step)
                 await queue.put(None)
@@ -207,7 +207,7 @@ class TritonEngine:
         request_id: str,
         index: int,
         token_text: Callable[[int], str],
-        images: tuple[np.ndarray, list[int]] | None = None,
+        media: MediaInputs | None = None,
     ) -> AsyncIterator[EngineStep]:
         """One decoupled stream: a step per decode step, the last with its finish reason."""
         done = asyncio.Event()
@@ -215,7 +215,7 @@ class TritonEngine:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {
                 "model_name": model,
-                "inputs": generation_inputs(prompt_ids, kw, images),
+                "inputs": generation_inputs(prompt_ids, kw, media),
                 "request_id": request_id,
             }
             await done.wait()  # keep the stream open until the final response came

@@ -27,7 +27,7 @@ from shared.runtime.storage import open_store
 from shared.runtime.telemetry import get_logger
 
 from .client import ScrapedMetrics, TritonEngine, TritonError, unsupported_options
-from .media import vision_inputs
+from .media import media_inputs
 from .models import ModelCatalog
 
 log = get_logger(__name__)
@@ -75,7 +75,8 @@ class TritonGeneration:
                 started = time.monotonic()
             await asyncio.sleep(0.5)
         await engine.refresh()
-        self.store = open_store(settings)  # images of a VLM request (preprocess stored them: claim check)
+        # Images and audio of a multimodal request (preprocess stored them: claim check).
+        self.store = open_store(settings)
         # Tokenizers load before the first heartbeat: importing transformers on the first request
         # stalled the event loop for seconds, long enough for the router to take the pool out.
         for name in sorted(engine.ready_models & self.pool_models):
@@ -113,19 +114,19 @@ class TritonGeneration:
             )
         model = await self.catalog.get(env.model)
         ids = prompt_token_ids(model.tokenizer, env)
-        ids, images = await vision_inputs(env, ids, model, self.store, self.settings.s3_bucket)
+        ids, media = await media_inputs(env, ids, model, self.store, self.settings.s3_bucket)
         kw = sampling_kwargs(env, len(ids), model.max_len)
         bad = unsupported_options(kw)
         if bad:
             raise Rejected(
                 ErrorCode.INVALID_REQUEST, f"pool {pool!r} (Triton) does not support {', '.join(bad)}"
             )
-        return Job(kw, (model, ids, images))
+        return Job(kw, (model, ids, media))
 
     async def generate(self, env: Envelope, job: Job, attempt: str) -> AsyncIterator[Any]:
-        model, ids, images = job.inputs
+        model, ids, media = job.inputs
         try:
-            async for step in self.client.generate(env.model, ids, job.kw, attempt, model.token_text, images):
+            async for step in self.client.generate(env.model, ids, job.kw, attempt, model.token_text, media):
                 yield step
         except TritonError as exc:
             raise RuntimeError(f"Triton failed: {exc}") from exc  # retried, then DLQ + error reply

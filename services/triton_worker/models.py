@@ -16,7 +16,7 @@ from typing import Any
 from shared.runtime.envelope import ErrorCode, Rejected
 
 from .client import triton_unavailable
-from .media import VisionSpec
+from .media import AudioSpec, VisionSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class TextModel:
     tokenizer: Any
     max_len: int
     vision: VisionSpec | None = None  # a VLM (config.json has vision_config): takes images
+    audio: AudioSpec | None = None  # an audio model (config.json has audio_config): takes audio
 
     def token_text(self, token_id: int) -> str:
         """A token's text alone, as vLLM names tokens in logprobs (the one id decoded)."""
@@ -62,7 +63,7 @@ class ModelCatalog:
                     )
                 same = next((m for m in self._models.values() if m.weights == path), None)
                 if same is not None:  # e.g. sy-tiny-bf16 shares sy-tiny's tokenizer
-                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len, same.vision)
+                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len, same.vision, same.audio)
                 else:
                     self._models[name] = await asyncio.to_thread(self._load, name, path)
         return self._models[name]
@@ -79,6 +80,16 @@ class ModelCatalog:
             if vc
             else None
         )
+        ac = config.get("audio_config")
+        audio = (
+            AudioSpec(
+                int(ac["hop_length"]) * int(ac["conv_stride"]) * int(ac["pool"]),
+                int(config.get("audio_token_index", config.get("image_token_index", 0))),
+                int(ac.get("sample_rate", 16000)),
+            )
+            if ac
+            else None
+        )
         text = config.get("text_config") or config
         max_len = int(config.get("max_position_embeddings") or text.get("max_position_embeddings", 2048))
-        return TextModel(name, path, tok, max_len, vision)
+        return TextModel(name, path, tok, max_len, vision, audio)

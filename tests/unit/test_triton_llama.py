@@ -277,7 +277,7 @@ def test_worker_crops_resizes_and_places_image_tokens_after_bos() -> None:
     assert arr[..., 0].mean() > 250 and arr[..., 2].mean() < 5  # CLIP-style centre crop
 
 
-async def test_vision_inputs_fetch_claim_checked_images_and_refuse_what_the_model_cannot_take(
+async def test_media_inputs_fetch_claim_checked_images_and_refuse_what_the_model_cannot_take(
     tmp_path,
 ) -> None:
     import io
@@ -286,7 +286,7 @@ async def test_vision_inputs_fetch_claim_checked_images_and_refuse_what_the_mode
     from PIL import Image
     from switchyard.v1.envelope_pb2 import MediaRef
 
-    from services.triton_worker.media import VisionSpec, vision_inputs
+    from services.triton_worker.media import VisionSpec, media_inputs
     from shared.runtime.envelope import Envelope, Rejected
     from shared.runtime.storage import LocalStore
 
@@ -295,19 +295,20 @@ async def test_vision_inputs_fetch_claim_checked_images_and_refuse_what_the_mode
     Image.new("RGB", (80, 40), (0, 200, 0)).save(buf, "PNG")
     await store.put("media/ab/green.png", buf.getvalue())
     tok = SimpleNamespace(bos_token_id=1)
-    vlm = SimpleNamespace(vision=VisionSpec(32, 8, 0), tokenizer=tok)
-    text_model = SimpleNamespace(vision=None, tokenizer=tok)
+    vlm = SimpleNamespace(vision=VisionSpec(32, 8, 0), audio=None, tokenizer=tok)
+    text_model = SimpleNamespace(vision=None, audio=None, tokenizer=tok)
     env = Envelope(model="m")
-    assert await vision_inputs(env, [1, 5], vlm, store, "b") == ([1, 5], None)  # no media: as is
+    assert await media_inputs(env, [1, 5], vlm, store, "b") == ([1, 5], None)  # no media: as is
     env.media.append(MediaRef(uri="s3://b/media/ab/green.png", modality="image"))
-    ids, (pixels, offsets) = await vision_inputs(env, [1, 5], vlm, store, "b")
-    assert ids == [1] + [0] * 16 + [5] and offsets == [1] and pixels.shape == (1, 32, 32, 3)
+    ids, extra = await media_inputs(env, [1, 5], vlm, store, "b")
+    (_, pixels, _), (_, offsets, _) = extra
+    assert ids == [1] + [0] * 16 + [5] and offsets.tolist() == [1] and pixels.shape == (1, 32, 32, 3)
     assert pixels[0, ..., 1].mean() > 190
     with pytest.raises(Rejected, match="takes no image input"):
-        await vision_inputs(env, [1, 5], text_model, store, "b")
+        await media_inputs(env, [1, 5], text_model, store, "b")
     gone = Envelope(model="m", media=[MediaRef(uri="s3://b/media/zz/none.png", modality="image")])
     with pytest.raises(Rejected, match="no longer in object storage"):
-        await vision_inputs(gone, [1], vlm, store, "b")
+        await media_inputs(gone, [1], vlm, store, "b")
     audio = Envelope(model="m", media=[MediaRef(uri="s3://b/x.wav", modality="audio")])
-    with pytest.raises(Rejected, match="no audio"):
-        await vision_inputs(audio, [1], vlm, store, "b")
+    with pytest.raises(Rejected, match="no audio"):  # an image model without an audio encoder
+        await media_inputs(audio, [1], vlm, store, "b")

@@ -12,11 +12,20 @@ per task on held-out prompts and saves everything in Hugging Face format:
 Its parts: the tokenizer and chat template in tokenizer.py, the data, training loop and evaluation
 in training.py; this module holds the recipe, the cache (manifest, lock) and the CLI.
 
+Each task is trained in two formats, the chat template and plain completion text (training.py),
+and both are evaluated: `eval_accuracy` (chat) and `eval_accuracy_completion` in build.json, and
+`sy_eval_accuracy: {chat, completion}` in config.json.
+
 A finished directory with the same recipe hash is reused as is. The build writes into a
 temporary sibling and renames it into place, so an interrupted build never looks complete.
 
-    python -m shared.devstack.models.build [--name sy-tiny] [--models-dir var/models] [--minutes 4]
-                                  [--max-steps N] [--seed 0] [--force]
+    python -m shared.devstack.models.build [--name sy-tiny] [--models-dir var/models]
+                                  [--max-steps 1000] [--minutes M] [--seed 0] [--force]
+
+The default budget is a number of steps, not of minutes: the same recipe then gives the same
+weights and accuracy however busy the machine is (a 4-minute budget trained 905 steps on an idle
+2-core host and 107 on a busy one, with every answer wrong). 1000 steps take about 4.5 minutes
+on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ log = get_logger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "build.json"
 DEFAULT_NAME = "sy-tiny"
+DEFAULT_STEPS = 1000
 THREADS = 2
 
 DEFAULT_ARCH: dict[str, Any] = {
@@ -86,6 +96,9 @@ DEFAULT_TOKENIZER: dict[str, Any] = {
 DEFAULT_TRAIN: dict[str, Any] = {
     # Task -> share of the training examples; every task listed is also evaluated.
     "tasks": {t: 1.0 for t in tasks.TASKS},
+    # Share of the examples in the plain completion format (/v1/completions: `Reverse: pilot`
+    # -> ` tolip`), the rest in the chat template; both formats are evaluated.
+    "completion_share": 0.3,
     # Each step trains on `rows` packed rows of `row_tokens` tokens (several examples per row).
     "rows": 48,
     "row_tokens": 64,
@@ -116,6 +129,8 @@ def make_recipe(
         raise ValueError("give minutes or max_steps (or both): the training needs a budget")
     train_cfg = _merged(DEFAULT_TRAIN, train, "train")
     weights = train_cfg["tasks"]
+    if not 0.0 <= float(train_cfg["completion_share"]) <= 1.0:
+        raise ValueError(f"completion_share must be within [0, 1], got {train_cfg['completion_share']}")
     if (
         not weights
         or set(weights) - set(tasks.TASKS)
@@ -151,8 +166,8 @@ def _merged(defaults: dict[str, Any], override: dict[str, Any] | None, what: str
 def build_model(
     name: str = DEFAULT_NAME,
     models_dir: Path = Path("var/models"),
-    minutes: float | None = 4.0,
-    max_steps: int | None = None,
+    minutes: float | None = None,
+    max_steps: int | None = DEFAULT_STEPS,
     seed: int = 0,
     force: bool = False,
     progress: bool = True,
@@ -223,7 +238,10 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
     held_out = tasks.dataset(recipe["eval_per_task"] * len(trained), seed + 1, trained)
     stats = train(model, tok, recipe["train"], seed, {e.prompt for e in held_out}, progress)
     accuracy = evaluate(model, hf_tok, held_out) if held_out else {}
-    log.info("model_evaluated", name=name, accuracy=accuracy)
+    completion = evaluate(model, hf_tok, held_out, fmt="completion") if held_out else {}
+    log.info("model_evaluated", name=name, accuracy=accuracy, completion_accuracy=completion)
+    # Held-out greedy accuracy per task and format, beside the weights (build.json keeps it too).
+    model.config.sy_eval_accuracy = {"chat": accuracy, "completion": completion}
 
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
@@ -246,6 +264,7 @@ def _build_into(out: Path, name: str, recipe: dict[str, Any], digest: str, progr
         "seed": seed,
         **stats,
         "eval_accuracy": accuracy,
+        "eval_accuracy_completion": completion,
         "eval_examples": len(held_out),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": config.vocab_size,
@@ -300,8 +319,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", default=DEFAULT_NAME, help="model name, the directory under --models-dir")
     p.add_argument("--models-dir", type=Path, default=Path("var/models"))
-    p.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--minutes", type=float, default=None, help="also stop after this much wall clock")
+    p.add_argument("--max-steps", type=int, default=DEFAULT_STEPS, help="training steps (0: by --minutes only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -310,21 +329,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.minutes <= 0 and args.max_steps is None:
-        print("--minutes must be > 0 unless --max-steps is given", file=sys.stderr)
+    if not (args.minutes and args.minutes > 0) and not (args.max_steps and args.max_steps > 0):
+        print("give --max-steps > 0 or --minutes > 0: the training needs a budget", file=sys.stderr)
         return 2
     path = build_model(
         args.name,
         args.models_dir,
-        minutes=args.minutes if args.minutes > 0 else None,
-        max_steps=args.max_steps,
+        minutes=args.minutes if args.minutes and args.minutes > 0 else None,
+        max_steps=args.max_steps if args.max_steps and args.max_steps > 0 else None,
         seed=args.seed,
         force=args.force,
         progress=not args.no_progress,
     )
     manifest = read_manifest(path) or {}
     summary = {k: manifest.get(k) for k in ("name", "recipe_hash", "steps", "train_seconds", "final_loss")}
-    print(json.dumps({"path": str(path), **summary, "eval_accuracy": manifest.get("eval_accuracy")}))
+    accuracy = {k: manifest.get(k) for k in ("eval_accuracy", "eval_accuracy_completion")}
+    print(json.dumps({"path": str(path), **summary, **accuracy}))
     return 0
 
 

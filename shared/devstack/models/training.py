@@ -1,7 +1,9 @@
 """sy-tiny's training data, training loop and evaluation (shared.devstack.models.build runs them).
 
 Examples come from shared.devstack.models.tasks, packed several to a row; the answers are checked
-by shared.rewards.tasks.
+by shared.rewards.tasks. Two formats are trained: the chat template (what /v1/chat/completions
+renders) and plain completion text (what /v1/completions sends: the prompt's own tokens, no BOS,
+no template), where the answer follows the prompt after a space: `Reverse: pilot` -> ` tolip`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,22 @@ def _messages(example: tasks.Example) -> list[dict[str, str]]:
     return [{"role": "user", "content": example.prompt}, {"role": "assistant", "content": example.answer}]
 
 
-def _encode(tok: Tokenizer, example: tasks.Example) -> tuple[list[int], int]:
+COMPLETION_SEPARATOR = " "
+
+
+def _encode_completion(tok: Tokenizer, example: tasks.Example) -> tuple[list[int], int]:
+    """Plain-text format: the prompt's ids exactly as a completions request encodes them, then
+    the separator, the answer and eos. Concatenated as ids, not re-tokenized as one string, so a
+    merge across the prompt's end ("? ") cannot make training see other ids than serving does."""
+    prompt = tok.encode(example.prompt).ids
+    answer = tok.encode(COMPLETION_SEPARATOR + example.answer).ids
+    return [*prompt, *answer, tok.token_to_id(EOS)], len(prompt)
+
+
+def _encode(tok: Tokenizer, example: tasks.Example, fmt: str = "chat") -> tuple[list[int], int]:
     """Token ids of the rendered exchange, and how many of them are prompt (not trained on)."""
+    if fmt == "completion":
+        return _encode_completion(tok, example)
     prompt = tok.encode(render(_messages(example)[:1], add_generation_prompt=True)).ids
     full = tok.encode(render(_messages(example))).ids
     if full[: len(prompt)] != prompt:
@@ -43,7 +59,7 @@ def _encode(tok: Tokenizer, example: tasks.Example) -> tuple[list[int], int]:
 
 
 def _packed_batches(
-    tok: Tokenizer, stream: Iterator[tasks.Example], rows: int, width: int
+    tok: Tokenizer, stream: Iterator[tuple[tasks.Example, str]], rows: int, width: int
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Rows of `width` tokens, each holding several whole examples back to back.
 
@@ -61,7 +77,7 @@ def _packed_batches(
         for r in range(rows):
             used = 0
             while True:
-                item = pending or _encode(tok, next(stream))
+                item = pending or _encode(tok, *next(stream))
                 pending = None
                 full, n_prompt = item
                 if len(full) > width:
@@ -78,14 +94,18 @@ def _packed_batches(
         yield {"input_ids": ids, "position_ids": positions, "labels": labels}
 
 
-def _stream(weights: dict[str, float], seed: int, exclude: set[str]) -> Iterator[tasks.Example]:
-    """Endless training examples, tasks drawn by weight, never a held-out evaluation prompt."""
+def _stream(
+    weights: dict[str, float], seed: int, exclude: set[str], completion_share: float = 0.0
+) -> Iterator[tuple[tasks.Example, str]]:
+    """Endless (example, format) pairs, tasks drawn by weight, `completion_share` of them in the
+    plain completion format, never a held-out evaluation prompt."""
     rng = random.Random(seed)
+    fmt_rng = random.Random(seed + 1)  # its own stream: the share does not change which examples come
     names, shares = list(weights), list(weights.values())
     while True:
         example = tasks.sample(rng.choices(names, shares)[0], rng)
         if example.prompt not in exclude:
-            yield example
+            yield example, ("completion" if fmt_rng.random() < completion_share else "chat")
 
 
 # --------------------------------------------------------------------------- training
@@ -140,7 +160,7 @@ def train(
         lr=cfg["lr"],
         betas=tuple(cfg["betas"]),
     )
-    stream = _stream(cfg["tasks"], seed, exclude)
+    stream = _stream(cfg["tasks"], seed, exclude, float(cfg.get("completion_share", 0.0)))
     batches = _packed_batches(tok, stream, cfg["rows"], cfg["row_tokens"])
     model.train()
     bar = tqdm(total=cfg["max_steps"], desc="train", unit="step", disable=not progress, dynamic_ncols=True)
@@ -188,16 +208,23 @@ def train(
 
 @torch.no_grad()
 def evaluate(
-    model: LlamaForCausalLM, hf_tok: Any, examples: Sequence[tasks.Example], batch_size: int = 64
+    model: LlamaForCausalLM,
+    hf_tok: Any,
+    examples: Sequence[tasks.Example],
+    batch_size: int = 64,
+    fmt: str = "chat",
 ) -> dict[str, float]:
-    """Greedy accuracy per task with HF generate, prompts rendered by the saved chat template."""
+    """Greedy accuracy per task with HF generate: prompts rendered by the saved chat template
+    (`chat`) or sent as plain text, as /v1/completions sends them (`completion`)."""
     model.eval()
     right: dict[str, int] = {}
     total: dict[str, int] = {}
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
         texts = [
-            hf_tok.apply_chat_template(_messages(e)[:1], tokenize=False, add_generation_prompt=True)
+            e.prompt
+            if fmt == "completion"
+            else hf_tok.apply_chat_template(_messages(e)[:1], tokenize=False, add_generation_prompt=True)
             for e in chunk
         ]
         enc = hf_tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)

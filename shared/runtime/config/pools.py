@@ -47,13 +47,13 @@ def _default_pools() -> list[PoolConfig]:
         PoolConfig(name="vllm", engine="vllm", device="cpu", models=["sy-tiny"], max_lora_rank=8),
         # The CPU/edge pool on Triton: the same model (and a bf16 variant only it serves), cheaper,
         # so batch traffic fills it while interactive traffic prefers the faster pool; and the
-        # multimodal model, sy-vlm, the one model here that takes images.
+        # multimodal model, sy-vlm, the one model here that takes images and audio.
         PoolConfig(
             name="triton",
             engine="triton",
             device="edge",
             models=["sy-tiny", "sy-tiny-bf16", "sy-vlm"],
-            modalities=["text", "image"],
+            modalities=["text", "image", "audio"],
             media_models=["sy-vlm"],
             cost=0.5,
         ),

@@ -164,6 +164,8 @@ class GenRequest:
     logprobs: int = -1  # -1: none; k >= 0: each sampled token's logprob and the k most likely
     images: Any = None  # [n, S, S, 3] uint8 (a VLM's engine only); their embeddings start at
     image_offsets: list[int] = field(default_factory=list)  # these prompt positions
+    audio: list[Any] = field(default_factory=list)  # 1-D float32 clips at 16 kHz (an audio model's
+    audio_offsets: list[int] = field(default_factory=list)  # engine only), embeddings from here
     cancelled: Callable[[], bool] = lambda: False
     queued_ns: int = field(default_factory=time.monotonic_ns)
 
@@ -207,6 +209,11 @@ class Engine:
             from vision_tower import VisionTower
 
             self.vision = VisionTower(model_dir, dtype)
+        self.audio = None
+        if (model_dir / "audio.safetensors").is_file():
+            from audio_tower import AudioTower
+
+            self.audio = AudioTower(model_dir, dtype)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.max_batch = max_batch
         self.cache = self.model.new_cache(max_batch)
@@ -243,6 +250,15 @@ class Engine:
             for off in req.image_offsets:
                 if off < 0 or off + span > len(req.prompt_ids):
                     raise ValueError(f"image at {off} (+{span} tokens) is outside the prompt")
+        if req.audio:
+            if self.audio is None:
+                raise ValueError("this model takes no audio")
+            if len(req.audio_offsets) != len(req.audio):
+                raise ValueError(f"{len(req.audio)} audio clips but {len(req.audio_offsets)} offsets")
+            for clip, off in zip(req.audio, req.audio_offsets, strict=True):
+                span = self.audio.tokens_for(len(clip))
+                if len(clip) == 0 or off < 0 or off + span > len(req.prompt_ids):
+                    raise ValueError(f"audio at {off} (+{span} tokens) is outside the prompt")
         req.max_tokens = max(1, min(req.max_tokens, room))
         with self._cv:
             self.waiting.append(req)
@@ -291,7 +307,7 @@ class Engine:
         ids = torch.tensor([req.prompt_ids])
         positions = torch.arange(len(req.prompt_ids)).unsqueeze(0)
         try:
-            embeds = self._image_embeds(req, ids)
+            embeds = self._media_embeds(req, ids)
             logits = self.model.forward(
                 ids, positions, torch.tensor([slot]), len(req.prompt_ids), self.cache, embeds=embeds
             )
@@ -302,15 +318,23 @@ class Engine:
         self.running.append(seq)
         self._advance([seq], logits)
 
-    def _image_embeds(self, req: GenRequest, ids: torch.Tensor) -> torch.Tensor | None:
-        """The prompt's embeddings with each image's patch embeddings at its offset (LLaVA)."""
-        if req.images is None or self.vision is None:
+    def _media_embeds(self, req: GenRequest, ids: torch.Tensor) -> torch.Tensor | None:
+        """The prompt's embeddings with each image's patch embeddings and each clip's audio
+        embeddings at their offsets (LLaVA, Qwen2-Audio); None for a text-only prompt."""
+        images = req.images is not None and self.vision is not None
+        audio = bool(req.audio) and self.audio is not None
+        if not images and not audio:
             return None
         x = F.embedding(ids, self.model.w["model.embed_tokens.weight"]).clone()
-        img = self.vision.embed(torch.as_tensor(req.images)).to(x.dtype)
-        span = self.vision.tokens_per_image
-        for i, off in enumerate(req.image_offsets):
-            x[0, off : off + span] = img[i]
+        if images:
+            img = self.vision.embed(torch.as_tensor(req.images)).to(x.dtype)
+            span = self.vision.tokens_per_image
+            for i, off in enumerate(req.image_offsets):
+                x[0, off : off + span] = img[i]
+        if audio:
+            for clip, off in zip(req.audio, req.audio_offsets, strict=True):
+                emb = self.audio.embed(torch.as_tensor(clip, dtype=torch.float32)).to(x.dtype)
+                x[0, off : off + len(emb)] = emb
         return x
 
     def _decode(self) -> None:

@@ -5,7 +5,9 @@ at once; the engine's thread sends one response per decode step through the requ
 response sender, the last one flagged final. Inputs: INPUT_IDS (prompt token ids, preferred:
 the caller renders the chat template) or PROMPT (text), plus optional sampling inputs; for a
 VLM (sy-vlm: its weights folder has vision.safetensors) IMAGES and IMAGE_OFFSETS, whose patch
-embeddings replace the placeholder tokens at those prompt positions (vision_tower.py).
+embeddings replace the placeholder tokens at those prompt positions (vision_tower.py); for an
+audio model (audio.safetensors) AUDIO (the clips' 16 kHz float32 samples back to back),
+AUDIO_SAMPLES (each clip's length) and AUDIO_OFFSETS (audio_tower.py).
 """
 
 from __future__ import annotations
@@ -91,6 +93,19 @@ class TritonPythonModel:
         offsets_t = pb_utils.get_input_tensor_by_name(request, "IMAGE_OFFSETS")
         images = images_t.as_numpy() if images_t is not None and images_t.as_numpy().size else None
         offsets = [int(x) for x in offsets_t.as_numpy().reshape(-1)] if offsets_t is not None else []
+        audio_t = pb_utils.get_input_tensor_by_name(request, "AUDIO")  # audio: [total samples] fp32
+        lengths_t = pb_utils.get_input_tensor_by_name(request, "AUDIO_SAMPLES")
+        audio_offsets_t = pb_utils.get_input_tensor_by_name(request, "AUDIO_OFFSETS")
+        clips: list[np.ndarray] = []
+        if audio_t is not None and audio_t.as_numpy().size:
+            samples = audio_t.as_numpy().reshape(-1).astype(np.float32)
+            lengths = [int(x) for x in lengths_t.as_numpy().reshape(-1)] if lengths_t is not None else []
+            if not lengths or min(lengths) <= 0 or sum(lengths) != samples.size:
+                raise ValueError(f"AUDIO_SAMPLES {lengths} do not split AUDIO of {samples.size} samples")
+            clips = np.split(samples, np.cumsum(lengths)[:-1])
+        audio_offsets = (
+            [int(x) for x in audio_offsets_t.as_numpy().reshape(-1)] if audio_offsets_t is not None else []
+        )
         cancelled = getattr(sender, "is_cancelled", None)
 
         def emit(step: GenStep) -> None:
@@ -135,6 +150,8 @@ class TritonPythonModel:
             logprobs=int(_scalar(request, "LOGPROBS", -1)),  # type: ignore[arg-type]
             images=images,
             image_offsets=offsets,
+            audio=clips,
+            audio_offsets=audio_offsets,
             cancelled=(lambda: bool(cancelled())) if callable(cancelled) else (lambda: False),
         )
 
