@@ -12,7 +12,8 @@ from shared.runtime.envelope import Envelope
 from shared.runtime.telemetry import get_logger
 
 from .limits import Slots
-from .replies import ReplyRouter, ResultStore
+from .replies import ReplyRouter
+from .requests.store import ResultStore
 from .rollouts.store import RolloutStore
 
 log = get_logger(__name__)

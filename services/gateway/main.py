@@ -16,15 +16,16 @@ from .cache_peek import CachePeek
 from .limits import body_limit
 from .publish import Publisher
 from .reader import ReplyHandler, ReplyReader
-from .replies import ReplyRouter, ResultStore
+from .replies import ReplyRouter
 from .requests.resubmit import Resubmitter
+from .requests.store import open_result_store
 from .rollouts.follow import RewardsReader
 from .rollouts.store import RolloutStore, store_path
 
 
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     replies = ReplyRouter()
-    store = ResultStore(settings.var_dir / "gateway" / f"{settings.instance_id}.sqlite")
+    store = open_result_store(settings)
     reader = ReplyReader(settings, ReplyHandler(settings, replies, store))
     publisher = Publisher(settings, producer, wake=reader.follower.wake)
     resubmitter = Resubmitter(settings, store, publisher.submit, reader.ready.is_set)
@@ -56,7 +57,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         background=[reader.run, resubmitter.run, rewards.run],
         app=app,
         on_drain=[backend.open_requests_answered],
-        on_stop=[peek.close] if peek is not None else [],
+        on_stop=[store.close, *([peek.close] if peek is not None else [])],
     )
 
 

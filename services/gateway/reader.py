@@ -16,17 +16,22 @@ from aiokafka.structs import ConsumerRecord
 
 from shared.runtime.bus import JOB_HEADER, decode_delta, decode_record, header, sent_ns
 from shared.runtime.config import Settings
-from shared.runtime.envelope import Rejected
+from shared.runtime.envelope import Envelope, Rejected
 from shared.runtime.follow import Edge, Follower
 from shared.runtime.stage import CACHE_SHADOW_JOB
+from shared.runtime.telemetry import get_logger
 
-from .replies import ReplyRouter, ResultStore
+from .replies import ReplyRouter
+from .requests.store import ResultStore
 from .requests.serving import async_result
 
 # Rollout samples reach their job through the reward service (sy.rewards) and batch lines through
 # the batch collector, the cache's shadow checks to its write-back: no connection or async request
 # here waits on them.
 JOBS_ANSWERED_ELSEWHERE = ("rollout", "batch", CACHE_SHADOW_JOB)
+UNRECORDED_MAX = 10_000
+
+log = get_logger(__name__)
 
 
 class ReplyHandler:
@@ -36,8 +41,14 @@ class ReplyHandler:
         self.settings, self.replies, self.store = settings, replies, store
         self.responses_topic, self.stream_topic = settings.topic("responses"), settings.topic("stream")
         self.last_save = self.last_expire = time.monotonic()
+        # Answers read while the store was down: recorded with the next batch; the offsets are
+        # not saved past them meanwhile, so a restart reads them again.
+        self.unrecorded: list[Envelope] = []
 
-    def on_records(self, records: Iterable[ConsumerRecord]) -> None:
+    async def on_records(self, records: Iterable[ConsumerRecord]) -> None:
+        """Deltas and answers to this replica's connections; any other answer may be an async
+        request's (of any replica: the store is shared), looked up in one round trip per batch."""
+        others: list[Envelope] = []
         for rec in records:
             if rec.topic == self.stream_topic:
                 try:
@@ -51,20 +62,38 @@ class ReplyHandler:
                 env = decode_record(rec)
             except Rejected:
                 continue
-            if not self.replies.on_response(env, sent_ns(rec) or 0) and self.store.is_pending(
-                env.request_id, env.tenant
-            ):
-                status, result = async_result(env)
-                self.store.finish(env.request_id, env.tenant, status, result)
+            if not self.replies.on_response(env, sent_ns(rec) or 0):
+                others.append(env)
+        others = self.unrecorded + others
+        if not others:
+            return
+        done = 0
+        try:
+            pending = await self.store.pending([(e.request_id, e.tenant) for e in others])
+            for env in others:
+                if (env.request_id, env.tenant) in pending:
+                    status, result = async_result(env)
+                    await self.store.finish(env.request_id, env.tenant, status, result)
+                done += 1
+            self.unrecorded = []
+        except Exception as exc:  # noqa: BLE001 - the store is down: keep reading, record later
+            self.unrecorded = others[done:]
+            if len(self.unrecorded) > UNRECORDED_MAX:
+                raise  # restart: the reader resumes from the offsets saved before them
+            log.warning("result store unavailable; answers kept to record later", error=repr(exc),
+                        waiting=len(self.unrecorded))
 
-    def due_save(self) -> bool:
+    async def due_save(self) -> bool:
         """Every second the offsets are saved; every minute old async results expire."""
-        if time.monotonic() - self.last_save <= 1.0:
+        if time.monotonic() - self.last_save <= 1.0 or self.unrecorded:
             return False
         self.last_save = time.monotonic()
         if self.last_save - self.last_expire > 60:
             self.last_expire = self.last_save
-            self.store.expire(self.settings.gateway_results_ttl_s)
+            try:
+                await self.store.expire(self.settings.gateway_results_ttl_s)
+            except Exception as exc:  # noqa: BLE001 - next minute
+                log.warning("result store unavailable; expiry skipped", error=repr(exc))
         return True
 
 
@@ -86,9 +115,9 @@ class ReplyReader:
         )
         self.ready = self.follower.ready
 
-    def start(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | Edge]:
+    async def start(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | Edge]:
         """Where each responses partition resumes; the stream's (left out) start at the end."""
-        saved = self.store.offsets()
+        saved = await self.store.offsets(self.settings.instance_id)
         starts: dict[TopicPartition, int | Edge] = {}
         for tp, end in ends.items():
             at = saved.get((tp.topic, tp.partition))
@@ -99,10 +128,15 @@ class ReplyReader:
         return starts
 
     async def on_batch(self, records: list[ConsumerRecord]) -> None:
-        self.handler.on_records(records)
-        if self.handler.due_save():
+        await self.handler.on_records(records)
+        if await self.handler.due_save():
             positions = await self.follower.positions(self.handler.responses_topic)
-            self.store.save_offsets({(tp.topic, tp.partition): at for tp, at in positions.items()})
+            try:
+                await self.store.save_offsets(
+                    self.settings.instance_id, {(tp.topic, tp.partition): at for tp, at in positions.items()}
+                )
+            except Exception as exc:  # noqa: BLE001 - saved next second; a restart re-reads a little more
+                log.warning("result store unavailable; offsets not saved", error=repr(exc))
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.follower.run(stop)

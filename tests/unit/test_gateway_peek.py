@@ -15,7 +15,8 @@ from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ReplyRouter
+from services.gateway.requests.store import SqliteResultStore
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope
 from shared.runtime.telemetry import add_timing
@@ -77,7 +78,7 @@ def client(tmp_path: Path, fake: Fake, hold_ms: float = 50.0) -> httpx.AsyncClie
         settings=settings,
         submit=fake.submit,
         replies=fake.replies,
-        store=ResultStore(tmp_path / "results.sqlite"),
+        store=SqliteResultStore(tmp_path / "results.sqlite"),
         ready=lambda: True,
         peek=fake.peek,
     )

@@ -18,7 +18,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ReplyRouter
+from services.gateway.requests.store import SqliteResultStore
 from shared.prepare import INLINE_CHARS, TextPreparer
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope
@@ -70,7 +71,7 @@ def gateway(tmp_path: Path, pipeline: Pipeline, **overrides: object) -> httpx.As
         settings=settings,
         submit=pipeline.submit,
         replies=pipeline.replies,
-        store=ResultStore(tmp_path / "results.sqlite"),
+        store=SqliteResultStore(tmp_path / "results.sqlite"),
         ready=lambda: True,
         prepare=TextPreparer(settings).prepare if settings.gateway_prepare_text else None,
     )

@@ -53,25 +53,6 @@ def test_merge_keeps_choices_apart() -> None:
     assert {c.index: c.text for c in m.choices} == {0: "ab", 1: "x"}
 
 
-def test_result_store_idempotency_isolation_and_forget(tmp_path) -> None:
-    from services.gateway.replies import ResultStore
-
-    store = ResultStore(tmp_path / "r.sqlite")
-    rid, new = store.accept("id-1", "acme", "/v1/chat/completions", "key-1")
-    assert (rid, new) == ("id-1", True)
-    assert store.accept("id-2", "acme", "/v1/chat/completions", "key-1") == ("id-1", False)
-    assert store.accept("id-3", "other", "/v1/chat/completions", "key-1") == (
-        "id-3",
-        True,
-    )  # keys are per tenant
-    assert store.get("id-1", "other") is None
-    assert store.finish("id-1", "acme", "completed", {"result": {"x": 1}})
-    assert store.get("id-1", "acme")["result"] == {"x": 1}
-    assert not store.finish("id-1", "acme", "completed", {"result": {"x": 2}})  # first answer wins
-    store.forget("id-3")
-    assert store.get("id-3", "other") is None
-
-
 # ---------------------------------------------------------------- logprobs
 
 

@@ -24,7 +24,8 @@ from services.batch.job import BatchJob
 from services.cache.keys import entry_id
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter, ResultStore
+from services.gateway.replies import ReplyRouter
+from services.gateway.requests.store import SqliteResultStore
 from services.gateway.requests.serving import async_result
 from services.gateway.rollouts.store import RolloutStore, store_path
 from shared.batches.store import BatchObject, BatchStore, new_batch_id, read_jsonl
@@ -52,7 +53,7 @@ class Pipeline:
         self.submitted.append(Envelope.FromString(env.SerializeToString()))
 
 
-def gateway(tmp_path: Path, pipe: Pipeline, store: ResultStore, rollouts: RolloutStore) -> httpx.AsyncClient:
+def gateway(tmp_path: Path, pipe: Pipeline, store: SqliteResultStore, rollouts: RolloutStore) -> httpx.AsyncClient:
     backend = Backend(
         settings=settings(tmp_path),
         submit=pipe.submit,
@@ -77,7 +78,7 @@ def asked(env: Envelope) -> str:
 
 async def test_same_async_request_id_and_idempotency_key_from_two_tenants(tmp_path: Path) -> None:
     pipe = Pipeline()
-    store = ResultStore(tmp_path / "results.sqlite")
+    store = SqliteResultStore(tmp_path / "results.sqlite")
     async with gateway(tmp_path, pipe, store, RolloutStore(tmp_path / "ro.sqlite")) as http:
 
         async def post(auth: dict[str, str], content: str, **how: str) -> dict:
@@ -117,8 +118,8 @@ async def test_same_async_request_id_and_idempotency_key_from_two_tenants(tmp_pa
         # The reply reader (gateway/reader.py) records each answer under its own tenant.
         for env in pipe.submitted:
             reply = answer(env, asked(env).split()[-1])
-            assert store.is_pending(reply.request_id, reply.tenant)
-            assert store.finish(reply.request_id, reply.tenant, *async_result(reply))
+            assert await store.pending([(reply.request_id, reply.tenant)])
+            assert await store.finish(reply.request_id, reply.tenant, *async_result(reply))
         for auth, job, word in (
             (A, by_body[0], "amber"),
             (B, by_body[1], "frost"),
@@ -147,7 +148,7 @@ async def test_same_rollout_id_from_two_tenants_is_two_jobs(tmp_path: Path) -> N
     pipe = Pipeline()
     s = settings(tmp_path)
     rollouts = RolloutStore(store_path(s))
-    async with gateway(tmp_path, pipe, ResultStore(tmp_path / "results.sqlite"), rollouts) as http:
+    async with gateway(tmp_path, pipe, SqliteResultStore(tmp_path / "results.sqlite"), rollouts) as http:
         ra, rb = await asyncio.gather(
             http.post("/v1/rollouts", json=rollout(["amber", "cabin"]), headers=A),
             http.post("/v1/rollouts", json=rollout(["frost"]), headers=B),

@@ -18,7 +18,7 @@ from services.batch.lines import envelope_for
 from services.cache.keys import cache_key, sampling_key
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ResultStore
+from services.gateway.requests.store import SqliteResultStore
 from services.triton_worker.client import unsupported_options
 from shared.generation.engine_io import sampling_kwargs
 from shared.runtime.config import Settings
@@ -64,7 +64,7 @@ def gateway(tmp_path: Path, pipe: Answering) -> httpx.AsyncClient:
         settings=settings,
         submit=pipe.submit,
         replies=pipe.replies,
-        store=ResultStore(tmp_path / "results.sqlite"),
+        store=SqliteResultStore(tmp_path / "results.sqlite"),
         ready=lambda: True,
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(create_app(backend)), base_url="http://gw")

@@ -9,7 +9,7 @@ from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope, decode
 from shared.runtime.telemetry import get_logger
 
-from ..replies import ResultStore
+from .store import ResultStore
 
 log = get_logger(__name__)
 
@@ -39,17 +39,17 @@ class Resubmitter:
             await self.sweep()
 
     async def sweep(self) -> None:
+        """Each stale request is claimed by one replica (the store counts its send), then sent."""
         s, store = self.settings, self.store
-        for rid, tenant, payload, attempts in store.stale(s.gateway_resubmit_after_s):
-            if payload is None or attempts >= s.gateway_resubmit_max:
-                reason = f"no answer after {attempts} submissions of the request"
-                store.finish(rid, tenant, "failed", {"error": {"code": "lost", "message": reason}})
-                log.warning("async request given up", request_id=rid, attempts=attempts)
+        for st in await store.claim_stale(s.gateway_resubmit_after_s):
+            if st.payload is None or st.sends >= s.gateway_resubmit_max:
+                reason = f"no answer after {st.sends} submissions of the request"
+                await store.finish(st.request_id, st.tenant, "failed", {"error": {"code": "lost", "message": reason}})
+                log.warning("async request given up", request_id=st.request_id, attempts=st.sends)
                 continue
             try:
-                await self.submit(decode(payload))
-                store.submitted(rid)
-                log.info("async request resubmitted", request_id=rid, attempt=attempts + 1)
-            except Exception as exc:  # noqa: BLE001 - the broker may be down: next round
-                log.warning("resubmit failed", request_id=rid, error=repr(exc))
+                await self.submit(decode(st.payload))
+                log.info("async request resubmitted", request_id=st.request_id, attempt=st.sends + 1)
+            except Exception as exc:  # noqa: BLE001 - the broker may be down: claimed again next round
+                log.warning("resubmit failed", request_id=st.request_id, error=repr(exc))
                 break

@@ -34,4 +34,4 @@ async def submit_async(
 @router.get("/v1/requests/{request_id}", response_model=AsyncRequestStatus)
 async def get_request(request_id: str, request: Request, tenant: Tenant) -> JSONResponse:
     """Status, result and per-stage breakdown of an async request."""
-    return JSONResponse(serving_of(request).get(request_id, tenant))
+    return JSONResponse(await serving_of(request).get(request_id, tenant))

@@ -4,6 +4,8 @@ produced, answered by whichever gateway reads the reply (replies.py)."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,12 +15,15 @@ from shared.openai.errors import error_body
 from shared.openai.format import response_body, to_envelope
 from shared.openai.protocol import AsyncRequest, ChatCompletionRequest, CompletionRequest
 from shared.runtime.envelope import Envelope, encode, new_request_id
-from shared.runtime.telemetry import request_span
+from shared.runtime.telemetry import get_logger, request_span
 
 from ..backend import Backend
 from ..deps import Gate
 from ..errors import ApiError
 from ..models.serving import ModelCatalog
+from .store import STORE_ERRORS, QueueFull
+
+log = get_logger(__name__)
 
 
 def async_result(env: Envelope) -> tuple[str, dict[str, Any]]:
@@ -42,6 +47,16 @@ def parse_body(body: AsyncRequest) -> ChatCompletionRequest | CompletionRequest:
     return req
 
 
+@asynccontextmanager
+async def store_answers() -> AsyncIterator[None]:
+    """A store that cannot answer is a 503 to retry, never a 500 (nor a request half taken)."""
+    try:
+        yield
+    except STORE_ERRORS as exc:
+        log.warning("request store unavailable", error=repr(exc))
+        raise ApiError(503, "the request store is unavailable; retry", "store_unavailable") from None
+
+
 class AsyncRequests:
     def __init__(self, backend: Backend, gate: Gate, models: ModelCatalog) -> None:
         self.backend, self.gate, self.models, self.settings = backend, gate, models, backend.settings
@@ -50,36 +65,52 @@ class AsyncRequests:
         self, body: AsyncRequest, tenant: str, idempotency_key: str | None, headers: Headers
     ) -> dict[str, Any]:
         """Queue a request; a retry with the same key returns the one already accepted."""
+        async with store_answers():
+            return await self._submit(body, tenant, idempotency_key, headers)
+
+    async def _submit(
+        self, body: AsyncRequest, tenant: str, idempotency_key: str | None, headers: Headers
+    ) -> dict[str, Any]:
         s, store = self.settings, self.backend.store
         req = parse_body(body)
         key = body.request_id or idempotency_key
+        if key is not None:
+            prior = await store.existing(tenant, key)
+            if prior is not None:  # a retry, on this replica or another: the request already accepted
+                return await store.get(prior, tenant) or {}
         env = to_envelope(req, request_id=new_request_id(), tenant=tenant, deadline_unix_ms=0)
         await self.models.check(req.model, tenant, env)
-        if key is None or not store.has_key(tenant, key):  # a retry spends no tokens twice
-            await self.gate.spend_tokens(env)
-        # The quota check and the accept with no await between: concurrent requests of one
-        # tenant cannot all pass the check (one event loop per replica).
-        if (key is None or not store.has_key(tenant, key)) and store.queued(tenant) >= s.tenant_max_queued:
+        await self.gate.spend_tokens(env)
+        try:
+            # Key, quota and insert in one step of the store: concurrent requests on any replicas
+            # cannot all pass the quota or both take one key.
+            rid, new = await store.accept(env.request_id, tenant, body.endpoint, key, encode(env), s.tenant_max_queued)
+        except QueueFull:
             raise ApiError(
                 429,
                 f"{s.tenant_max_queued} async requests already queued for this tenant "
                 "(SY_TENANT_MAX_QUEUED): wait for some to finish",
                 "too_many_queued",
                 headers={"Retry-After": "5"},
-            )
-        rid, new = store.accept(env.request_id, tenant, body.endpoint, key, encode(env))
+            ) from None
         if new:
             try:
                 with request_span("gateway", headers, time.time_ns(), request_id=rid, tenant=tenant):
                     await self.backend.submit(env, None)
             except Exception:
-                store.forget(rid)
+                await store.forget(rid, tenant)
                 raise
-            store.submitted(rid)
-        return store.get(rid, tenant) or {}
+            await store.submitted(rid, tenant)
+        return await store.get(rid, tenant) or {}
 
-    def get(self, request_id: str, tenant: str) -> dict[str, Any]:
-        found = self.backend.store.get(request_id, tenant)
+    async def get(self, request_id: str, tenant: str) -> dict[str, Any]:
+        """By the id the gateway gave, or by the client's own request_id (tenant-scoped)."""
+        async with store_answers():
+            found = await self.backend.store.get(request_id, tenant)
         if found is None:
-            raise ApiError(404, f"no request {request_id!r}", "not_found")
+            raise ApiError(
+                404,
+                f"no request {request_id!r} for this tenant (neither a request id nor your own request_id)",
+                "not_found",
+            )
         return found

@@ -45,6 +45,12 @@ class GatewaySettings(Section):
     gateway_timeout_s: float = Field(
         default=120.0, gt=0, description="Deadline of a request; past it the reply is 504"
     )
+    gateway_state_url: str = Field(
+        default="",
+        description="Redis holding async requests, idempotency keys and results, shared by every gateway "
+        "replica (redis://host:6379/1; `make run` points it at the embedded Redis); unset = a SQLite file "
+        "per replica, for a single gateway only",
+    )
     gateway_results_ttl_s: float = Field(
         default=24 * 3600, gt=0, description="How long async results are kept"
     )

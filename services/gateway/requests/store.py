@@ -1,0 +1,472 @@
+"""The accepted log of async requests: their state, results, idempotency keys and queue quota.
+
+Two stores behind one async interface (`ResultStore`):
+- `RedisResultStore` (SY_GATEWAY_STATE_URL=redis://…, what `make run` and the production
+  manifests use): one store shared by every gateway replica, so a GET or a retry reaches its
+  request on any replica. Each change is one Lua script, so two replicas never both accept a
+  key, both pass a quota or both resend a stale request.
+- `SqliteResultStore` (SY_GATEWAY_STATE_URL unset): one file per replica, for a single gateway
+  with no Redis; a second replica would not see its requests.
+
+A request is queued until its first answer (the first answer wins: later ones from a resend or
+another replica are ignored). The payload (the envelope as submitted) is kept while queued so a
+request the pipeline lost is sent again (`claim_stale`) or reported failed after
+SY_GATEWAY_RESUBMIT_MAX sends. Requests are the tenant's own: another tenant's id, or its
+idempotency key, reads as not found. A request is found by the id the gateway gave it or by the
+client's own `request_id` / Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+
+from shared.runtime.config import Settings
+
+
+# What a store raises when it cannot answer (Redis down or timing out, a locked SQLite file).
+STORE_ERRORS: tuple[type[Exception], ...] = (RedisError, sqlite3.OperationalError, OSError)
+
+
+class QueueFull(Exception):
+    """The tenant has SY_TENANT_MAX_QUEUED async requests unanswered."""
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A queued request with no answer long after its last send, claimed for one more send."""
+
+    request_id: str
+    tenant: str
+    payload: bytes | None
+    sends: int  # sends before this claim
+
+
+class ResultStore(Protocol):
+    async def accept(
+        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        max_queued: int,
+    ) -> tuple[str, bool]:
+        """Record a request; (existing id, False) for a key seen before; QueueFull past the quota."""
+
+    async def existing(self, tenant: str, idem_key: str) -> str | None:
+        """The id of the tenant's request sent with this idempotency key (a retry), if any."""
+
+    async def submitted(self, request_id: str, tenant: str) -> None:
+        """Its record is on the ingest topic (acked): one send counted."""
+
+    async def forget(self, request_id: str, tenant: str) -> None:
+        """Drop a queued request that never reached the topic, so a retry submits it again."""
+
+    async def claim_stale(self, older_than_s: float, limit: int = 100) -> list[Stale]:
+        """Queued requests unanswered this long after their last send, each claimed by one caller
+        (its send counted now); a request with no payload or out of sends is the caller's to fail."""
+
+    async def pending(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (request_id, tenant) pairs are queued async requests (one round trip)."""
+
+    async def finish(self, request_id: str, tenant: str, status: str, result: dict[str, Any]) -> bool:
+        """Store the first answer of a queued request; False when it was not queued (or not the tenant's)."""
+
+    async def get(self, request_id: str, tenant: str) -> dict[str, Any] | None:
+        """The tenant's request by its id or by the client's own request_id / idempotency key."""
+
+    async def queued(self, tenant: str) -> int:
+        """The tenant's async requests not answered yet."""
+
+    async def expire(self, older_than_s: float) -> int:
+        """Drop requests accepted longer ago than this."""
+
+    async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Where this replica's reply reader is (it resumes there after a restart)."""
+
+    async def offsets(self, instance: str) -> dict[tuple[str, int], int]: ...
+
+    async def close(self) -> None: ...
+
+
+def _view(request_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    """What GET /v1/requests/{id} shows."""
+    finished = row.get("finished")
+    return {
+        "id": request_id,
+        "object": "request",
+        "endpoint": row["endpoint"],
+        "status": row["status"],
+        "created": float(row["created"]),
+        "finished": float(finished) if finished not in (None, "") else None,
+        **(json.loads(row["result"]) if row.get("result") else {}),
+    }
+
+
+def open_result_store(settings: Settings) -> ResultStore:
+    """Redis when SY_GATEWAY_STATE_URL names one (shared by replicas), else this replica's SQLite file."""
+    if settings.gateway_state_url:
+        return RedisResultStore(settings.gateway_state_url, ttl_s=settings.gateway_results_ttl_s)
+    return SqliteResultStore(settings.var_dir / "gateway" / f"{settings.instance_id}.sqlite")
+
+
+# ---------------------------------------------------------------------------------------- Redis
+
+_PREFIX = "sy:gw:"
+_QUEUED = _PREFIX + "queued"  # zset "<tenant>:<id>" -> time of the last send (or acceptance)
+
+# KEYS: request, idem ("" = none), queued, tenant's queued
+# ARGV: id, tenant, endpoint, idem key, payload, now, ttl s, max queued, member
+_ACCEPT = """
+if KEYS[2] ~= '' then
+  local prior = redis.call('GET', KEYS[2])
+  if prior then return {prior, 0} end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {ARGV[1], 0} end
+if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[8]) then return {'', -1} end
+redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'endpoint', ARGV[3], 'status', 'queued',
+           'created', ARGV[6], 'payload', ARGV[5], 'sends', 0, 'idem', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+if KEYS[2] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[7]) end
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[9])
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+return {ARGV[1], 1}
+"""
+
+# KEYS: request, queued ; ARGV: now, member
+_SUBMITTED = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+redis.call('HINCRBY', KEYS[1], 'sends', 1)
+redis.call('ZADD', KEYS[2], 'XX', ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: request, idem ("" = none), queued, tenant's queued ; ARGV: member, id
+_FORGET = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+redis.call('DEL', KEYS[1])
+if KEYS[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[2])
+return 1
+"""
+
+# KEYS: queued ; ARGV: cutoff, now, limit, prefix. Returns flat [member, payload|false, sends]...
+_CLAIM = """
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, m in ipairs(members) do
+  local key = ARGV[4] .. 'req:' .. m
+  local row = redis.call('HMGET', key, 'status', 'payload', 'sends')
+  if row[1] == 'queued' then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], m)
+    redis.call('HINCRBY', key, 'sends', 1)
+    table.insert(out, m); table.insert(out, row[2] or ''); table.insert(out, row[3] or '0')
+  else
+    redis.call('ZREM', KEYS[1], m)
+  end
+end
+return out
+"""
+
+# KEYS: request, queued, tenant's queued ; ARGV: tenant, status, result, now, member, id
+_FINISH = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end
+if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'finished', ARGV[4], 'result', ARGV[3])
+redis.call('HDEL', KEYS[1], 'payload')
+redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[6])
+return 1
+"""
+
+
+class RedisResultStore:
+    """The accepted log in Redis, shared by every gateway replica (module docstring)."""
+
+    def __init__(self, url: str, ttl_s: float = 7 * 24 * 3600) -> None:
+        # A Redis that hangs must not hang every request forever: bounded, then an error (5xx).
+        self._r = aioredis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self._ttl = max(1, int(ttl_s))
+        self._accept = self._r.register_script(_ACCEPT)
+        self._submitted = self._r.register_script(_SUBMITTED)
+        self._forget = self._r.register_script(_FORGET)
+        self._claim = self._r.register_script(_CLAIM)
+        self._finish = self._r.register_script(_FINISH)
+
+    @staticmethod
+    def _member(request_id: str, tenant: str) -> str:
+        return f"{tenant}:{request_id}"  # tenant names have no ':' (TENANT_RE): unambiguous
+
+    def _req(self, request_id: str, tenant: str) -> str:
+        return f"{_PREFIX}req:{tenant}:{request_id}"
+
+    @staticmethod
+    def _idem(tenant: str, key: str | None) -> str:
+        return f"{_PREFIX}idem:{tenant}:{key}" if key is not None else ""
+
+    @staticmethod
+    def _tenant_queued(tenant: str) -> str:
+        return f"{_PREFIX}queued:{tenant}"
+
+    async def accept(
+        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        max_queued: int,
+    ) -> tuple[str, bool]:
+        rid, new = await self._accept(
+            keys=[self._req(request_id, tenant), self._idem(tenant, idem_key), _QUEUED, self._tenant_queued(tenant)],
+            args=[
+                request_id, tenant, endpoint, idem_key or "", payload or b"", repr(time.time()), self._ttl,
+                max_queued, self._member(request_id, tenant),
+            ],
+        )
+        if int(new) < 0:
+            raise QueueFull(tenant)
+        return rid.decode(), bool(int(new))
+
+    async def existing(self, tenant: str, idem_key: str) -> str | None:
+        found = await self._r.get(self._idem(tenant, idem_key))
+        return found.decode() if found is not None else None
+
+    async def submitted(self, request_id: str, tenant: str) -> None:
+        await self._submitted(
+            keys=[self._req(request_id, tenant), _QUEUED], args=[repr(time.time()), self._member(request_id, tenant)]
+        )
+
+    async def forget(self, request_id: str, tenant: str) -> None:
+        idem = await self._r.hget(self._req(request_id, tenant), "idem")
+        await self._forget(
+            keys=[
+                self._req(request_id, tenant),
+                self._idem(tenant, idem.decode()) if idem else "",
+                _QUEUED,
+                self._tenant_queued(tenant),
+            ],
+            args=[self._member(request_id, tenant), request_id],
+        )
+
+    async def claim_stale(self, older_than_s: float, limit: int = 100) -> list[Stale]:
+        now = time.time()
+        flat = await self._claim(keys=[_QUEUED], args=[repr(now - older_than_s), repr(now), limit, _PREFIX])
+        out = []
+        for i in range(0, len(flat), 3):
+            tenant, _, rid = flat[i].decode().partition(":")
+            out.append(Stale(rid, tenant, flat[i + 1] or None, int(flat[i + 2])))
+        return out
+
+    async def pending(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not keys:
+            return set()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for rid, tenant in keys:
+                pipe.hget(self._req(rid, tenant), "status")
+            statuses = await pipe.execute()
+        return {k for k, st in zip(keys, statuses, strict=True) if st == b"queued"}
+
+    async def finish(self, request_id: str, tenant: str, status: str, result: dict[str, Any]) -> bool:
+        done = await self._finish(
+            keys=[self._req(request_id, tenant), _QUEUED, self._tenant_queued(tenant)],
+            args=[tenant, status, json.dumps(result), repr(time.time()), self._member(request_id, tenant), request_id],
+        )
+        return bool(int(done))
+
+    async def get(self, request_id: str, tenant: str) -> dict[str, Any] | None:
+        row = await self._r.hgetall(self._req(request_id, tenant))
+        if not row:
+            rid = await self.existing(tenant, request_id)  # the client's own request_id
+            if rid is None:
+                return None
+            request_id, row = rid, await self._r.hgetall(self._req(rid, tenant))
+            if not row:
+                return None
+        return _view(request_id, {k.decode(): v.decode() for k, v in row.items() if k != b"payload"})
+
+    async def queued(self, tenant: str) -> int:
+        return int(await self._r.zcard(self._tenant_queued(tenant)))
+
+    async def expire(self, older_than_s: float) -> int:
+        """Requests' keys expire by themselves (TTL); this drops index entries whose request is
+        gone or which have had no send for this long."""
+        cutoff = time.time() - older_than_s
+        old = await self._r.zrangebyscore(_QUEUED, "-inf", repr(cutoff))
+        for m in old:
+            tenant, _, rid = m.decode().partition(":")
+            await self._r.zrem(_QUEUED, m)
+            await self._r.zrem(self._tenant_queued(tenant), rid)
+        return len(old)
+
+    async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
+        if offsets:
+            await self._r.hset(
+                f"{_PREFIX}offsets:{instance}", mapping={f"{t}:{p}": o for (t, p), o in offsets.items()}
+            )
+
+    async def offsets(self, instance: str) -> dict[tuple[str, int], int]:
+        raw = await self._r.hgetall(f"{_PREFIX}offsets:{instance}")
+        out: dict[tuple[str, int], int] = {}
+        for k, v in raw.items():
+            topic, _, part = k.decode().rpartition(":")
+            out[(topic, int(part))] = int(v)
+        return out
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._r.ping())
+        except Exception:  # noqa: BLE001 - readiness: any failure is "not ready"
+            return False
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+
+# --------------------------------------------------------------------------------------- SQLite
+
+
+class SqliteResultStore:
+    """The accepted log in one SQLite file of this replica (no Redis configured)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS requests (
+                    request_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, idem_key TEXT, endpoint TEXT NOT NULL,
+                    status TEXT NOT NULL, created REAL NOT NULL, finished REAL, result TEXT);
+                CREATE UNIQUE INDEX IF NOT EXISTS idem ON requests(tenant, idem_key) WHERE idem_key IS NOT NULL;
+                CREATE INDEX IF NOT EXISTS queued ON requests(tenant) WHERE status='queued';
+                CREATE TABLE IF NOT EXISTS offsets (topic TEXT, partition INTEGER, next INTEGER,
+                    PRIMARY KEY (topic, partition));
+                """
+            )
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(requests)")}
+            for col, decl in (
+                ("payload", "BLOB"),
+                ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+                ("submitted", "REAL"),
+            ):
+                if col not in cols:
+                    self._db.execute(f"ALTER TABLE requests ADD COLUMN {col} {decl}")
+
+    def _one(self, sql: str, args: tuple[Any, ...]) -> Any:
+        with self._lock:
+            return self._db.execute(sql, args).fetchone()
+
+    async def accept(
+        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        max_queued: int,
+    ) -> tuple[str, bool]:
+        with self._lock:
+            if idem_key is not None:
+                row = self._db.execute(
+                    "SELECT request_id FROM requests WHERE tenant=? AND idem_key=?", (tenant, idem_key)
+                ).fetchone()
+                if row:
+                    return row[0], False
+            if self._db.execute("SELECT 1 FROM requests WHERE request_id=?", (request_id,)).fetchone():
+                return request_id, False
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM requests WHERE tenant=? AND status='queued'", (tenant,)
+            ).fetchone()
+            if n >= max_queued:
+                raise QueueFull(tenant)
+            self._db.execute(
+                "INSERT INTO requests (request_id, tenant, idem_key, endpoint, status, created, payload) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                (request_id, tenant, idem_key, endpoint, time.time(), payload),
+            )
+            return request_id, True
+
+    async def existing(self, tenant: str, idem_key: str) -> str | None:
+        row = self._one("SELECT request_id FROM requests WHERE tenant=? AND idem_key=?", (tenant, idem_key))
+        return row[0] if row else None
+
+    async def submitted(self, request_id: str, tenant: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE requests SET attempts=attempts+1, submitted=? WHERE request_id=? AND tenant=? "
+                "AND status='queued'",
+                (time.time(), request_id, tenant),
+            )
+
+    async def forget(self, request_id: str, tenant: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM requests WHERE request_id=? AND tenant=? AND status='queued'", (request_id, tenant)
+            )
+
+    async def claim_stale(self, older_than_s: float, limit: int = 100) -> list[Stale]:
+        now = time.time()
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT request_id, tenant, payload, attempts FROM requests "
+                "WHERE status='queued' AND COALESCE(submitted, created) <= ? LIMIT ?",
+                (now - older_than_s, limit),
+            ).fetchall()
+            self._db.executemany(
+                "UPDATE requests SET attempts=attempts+1, submitted=? WHERE request_id=?",
+                [(now, r[0]) for r in rows],
+            )
+        return [Stale(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    async def pending(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        out = set()
+        for rid, tenant in keys:
+            row = self._one("SELECT status FROM requests WHERE request_id=? AND tenant=?", (rid, tenant))
+            if row and row[0] == "queued":
+                out.add((rid, tenant))
+        return out
+
+    async def finish(self, request_id: str, tenant: str, status: str, result: dict[str, Any]) -> bool:
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE requests SET status=?, finished=?, result=?, payload=NULL "
+                "WHERE request_id=? AND tenant=? AND status='queued'",
+                (status, time.time(), json.dumps(result), request_id, tenant),
+            )
+            return cur.rowcount > 0
+
+    async def get(self, request_id: str, tenant: str) -> dict[str, Any] | None:
+        cols = "request_id, endpoint, status, created, finished, result"
+        row = self._one(f"SELECT {cols} FROM requests WHERE request_id=? AND tenant=?", (request_id, tenant))
+        if row is None:  # the client's own request_id (kept as its idempotency key)
+            row = self._one(f"SELECT {cols} FROM requests WHERE idem_key=? AND tenant=?", (request_id, tenant))
+        if row is None:
+            return None
+        rid, endpoint, status, created, finished, result = row
+        return _view(
+            rid, {"endpoint": endpoint, "status": status, "created": created, "finished": finished, "result": result}
+        )
+
+    async def queued(self, tenant: str) -> int:
+        (n,) = self._one("SELECT COUNT(*) FROM requests WHERE tenant=? AND status='queued'", (tenant,))
+        return int(n)
+
+    async def expire(self, older_than_s: float) -> int:
+        with self._lock:
+            cur = self._db.execute("DELETE FROM requests WHERE created < ?", (time.time() - older_than_s,))
+            return cur.rowcount
+
+    async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", [(t, p, o) for (t, p), o in offsets.items()]
+            )
+
+    async def offsets(self, instance: str) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return {(t, p): o for t, p, o in self._db.execute("SELECT topic, partition, next FROM offsets")}
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._db.close)
