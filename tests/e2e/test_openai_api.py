@@ -588,7 +588,8 @@ def test_profile_command_writes_a_report(pipeline, tmp_path) -> None:
         "hop:sy.infer.vllm",
         "hop:sy.responses",
     ]
-    assert a["dominant_stage"]["p50"] in a["stages"] and a["itl_ms"]["n"] > 0
+    assert a["dominant_stage"]["overall"] == a["headline"]["critical_path"][0]["stage"]
+    assert a["itl_ms"]["n"] > 0
     page = (out / "report.html").read_text()
     assert all(
         f'id="plot-{k}"' in page for k in ("stages", "ttft", "itl", "throughput", "lag", "cache", "pools")

@@ -101,6 +101,7 @@ def test_headline_comes_from_the_critical_paths_of_the_requests_sent() -> None:
         abs(rows["triton_worker"]["ms_per_request"] - total / n) < 0.01
     )  # summed per request, over all sent
     assert rows["cache"]["ms_per_request"] == 27.0 and rows["cache"]["share_of_requests"] == 1.0
+    assert rows[OUTSIDE]["ms_per_request"] == 1.0  # the client's time past the breakdown is on the path
     assert abs(sum(r["share_of_time"] for r in head["critical_path"]) - 1) < 0.01
     page = report.render(run, a)
     assert "<b>cache</b>,\n27.0 ms per request sent" in page.replace("\r", "")
