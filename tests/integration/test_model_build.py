@@ -59,6 +59,13 @@ def test_files_and_manifest(built: Path) -> None:
     assert manifest["train_seconds"] > 0 and manifest["final_loss"] > 0
     assert set(manifest["eval_accuracy"]) == set(tasks.TASKS)
     assert all(0.0 <= a <= 1.0 for a in manifest["eval_accuracy"].values())
+    # Both formats are trained and evaluated, and the figures are beside the weights too.
+    assert set(manifest["eval_accuracy_completion"]) == set(tasks.TASKS)
+    config = json.loads((built / "config.json").read_text())
+    assert config["sy_eval_accuracy"] == {
+        "chat": manifest["eval_accuracy"],
+        "completion": manifest["eval_accuracy_completion"],
+    }
     assert set(manifest["files"]) == FILES - {"build.json"}
     for name, meta in manifest["files"].items():
         assert (built / name).stat().st_size == meta["bytes"]
