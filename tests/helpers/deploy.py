@@ -77,6 +77,8 @@ SECRET_SETTINGS = {
 DUMMY_SECRETS = {
     "SY_API_KEYS": '{"sk-test": "tenant-test"}',
     "SY_CELERY_BROKER": "redis://:pw@redis:6379/0",
+    "SY_GATEWAY_STATE_URL": "redis://:pw@redis:6379/1",
+    "SY_LIMITS_STORAGE_URI": "redis://:pw@redis:6379/1",
     "SY_INGEST_SECRETS": '{"tenant-test": "dummy-ingest-secret-0123"}',
 }
 SECRET_NAME = re.compile(
@@ -820,6 +822,34 @@ def k8s_problems(
                 problems.append(
                     f"k8s {dns}: maxReplicas {hpa['spec']['maxReplicas']} > {partitions} partitions (idle pods)"
                 )
+    problems += scale_out_problems(docs, config, secrets)
+    return problems
+
+
+# Services whose replicas must share state to scale out (issue 37): the gateway's async requests
+# and limits, the registry's limits.
+SHARED_STATE = {"gateway": ("SY_GATEWAY_STATE_URL", "SY_LIMITS_STORAGE_URI"), "registry": ("SY_LIMITS_STORAGE_URI",)}
+
+
+def scale_out_problems(
+    docs: list[dict[str, Any]], config: Mapping[str, str], secrets: Mapping[str, str]
+) -> list[str]:
+    """Replicas any request may reach: stateless Deployments on shared Redis, no session affinity."""
+    problems = []
+    wl = workloads(docs)
+    for name, keys in SHARED_STATE.items():
+        w = wl.get(name)
+        if w is None:
+            continue
+        if w["kind"] != "Deployment" or "volumeClaimTemplates" in w["spec"]:
+            problems.append(f"k8s {name}: must be a stateless Deployment (its state lives in Redis)")
+        env, _ = container_env(w["spec"]["template"]["spec"]["containers"][0], config, secrets)
+        for key in keys:
+            if not env.get(key, "").startswith(("redis://", "rediss://")):
+                problems.append(f"k8s {name}: {key} must name the shared Redis, got {env.get(key)!r}")
+    for x in docs:
+        if x["kind"] == "Service" and x["spec"].get("sessionAffinity", "None") != "None":
+            problems.append(f"k8s service {x['metadata']['name']}: session affinity (replicas share state)")
     return problems
 
 

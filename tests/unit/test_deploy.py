@@ -183,7 +183,7 @@ def test_k8s_overlay_renders_with_kustomize(tmp_path: Path) -> None:
         for c in w["spec"]["template"]["spec"]["containers"]:
             assert c["image"].startswith("registry.example.com/switchyard/"), c["image"]
     kinds = {x["kind"] for x in docs}
-    assert {"PodMonitor", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "StatefulSet"} <= kinds
+    assert {"PodMonitor", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "Deployment"} <= kinds
 
 
 def test_k8s_images_are_pinned_after_the_overlay() -> None:
@@ -378,6 +378,28 @@ def test_checker_catches_k8s_breakage(
     assert "router: maxReplicas 64 > 4 partitions" in problems
     assert "SY_S3_SECRET_KEY must come from the Secret" in problems
     assert "cache reads SY_MILVUS_URI but it is not set" in problems
+
+
+def test_checker_catches_a_gateway_that_keeps_state_per_replica(
+    k8s: tuple[list[dict[str, Any]], dict[str, str], dict[str, str]],
+) -> None:
+    """Issue 37: the gateway as a StatefulSet with affinity, or without the shared Redis, is caught."""
+    docs, config, secrets = copy.deepcopy(k8s)
+    assert d.scale_out_problems(docs, config, secrets) == []
+    gw = d.workloads(docs)["gateway"]
+    gw["kind"] = "StatefulSet"
+    env = gw["spec"]["template"]["spec"]["containers"][0]["env"]
+    env[:] = [e for e in env if e["name"] != "SY_LIMITS_STORAGE_URI"]
+    reg = d.workloads(docs)["registry"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    reg.append({"name": "SY_LIMITS_STORAGE_URI", "value": "memory://"})
+    for x in docs:
+        if x["kind"] == "Service" and x["metadata"]["name"] == "gateway":
+            x["spec"]["sessionAffinity"] = "ClientIP"
+    problems = "\n".join(d.scale_out_problems(docs, config, secrets))
+    assert "k8s gateway: must be a stateless Deployment" in problems
+    assert "k8s gateway: SY_LIMITS_STORAGE_URI must name the shared Redis" in problems
+    assert "k8s registry: SY_LIMITS_STORAGE_URI must name the shared Redis, got 'memory://'" in problems
+    assert "k8s service gateway: session affinity" in problems
 
 
 def test_checker_catches_a_missing_kustomize_file(tmp_path: Path) -> None:

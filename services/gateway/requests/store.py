@@ -301,13 +301,19 @@ class RedisResultStore:
         return len(old)
 
     async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
-        if offsets:
-            await self._r.hset(
-                f"{_PREFIX}offsets:{instance}", mapping={f"{t}:{p}": o for (t, p), o in offsets.items()}
-            )
+        """Saved under the replica's id and as the gateways' latest: a new replica (a new pod
+        name) resumes where the last replica was, so answers that arrived while none ran are kept."""
+        if not offsets:
+            return
+        mapping = {f"{t}:{p}": o for (t, p), o in offsets.items()}
+        async with self._r.pipeline(transaction=False) as pipe:
+            for key in (f"{_PREFIX}offsets:{instance}", f"{_PREFIX}offsets"):
+                pipe.hset(key, mapping=mapping)
+                pipe.expire(key, self._ttl)
+            await pipe.execute()
 
     async def offsets(self, instance: str) -> dict[tuple[str, int], int]:
-        raw = await self._r.hgetall(f"{_PREFIX}offsets:{instance}")
+        raw = await self._r.hgetall(f"{_PREFIX}offsets:{instance}") or await self._r.hgetall(f"{_PREFIX}offsets")
         out: dict[tuple[str, int], int] = {}
         for k, v in raw.items():
             topic, _, part = k.decode().rpartition(":")
