@@ -183,7 +183,6 @@ def error_reply(env: Envelope, code: str, reason: str, stage: str, http_status: 
         batch_id=bounded(env.batch_id, _REPLY_FIELD_MAX),
         created_unix_ns=env.created_unix_ns,
         policy_version=bounded(env.policy_version, _REPLY_FIELD_MAX),
-        reply_format=env.reply_format,
     )
     if env.HasField("rollout"):
         r = env.rollout

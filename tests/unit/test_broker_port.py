@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from shared.devstack.embedded.kafka import DEFAULT_PORT, EmbeddedKafka, choose_port
 from shared.runtime.procs import free_port, port_free
@@ -13,19 +14,19 @@ def test_sy_kafka_port_wins() -> None:
     assert choose_port(port) == (port, "SY_KAFKA_PORT")
 
 
-def test_9092_when_free_else_a_free_port_and_the_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    holder = None
-    if port_free(DEFAULT_PORT):
-        assert choose_port(None) == (DEFAULT_PORT, "Kafka's default port")
-        holder = socket.socket()
-        holder.bind(("127.0.0.1", DEFAULT_PORT))
+def test_the_default_port_when_free_else_a_free_port_and_the_reason() -> None:
+    default = free_port()  # stands in for 9092, which a running stack may hold
+    assert choose_port(None, default=default) == (default, "Kafka's default port")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", default))
         holder.listen()
-    try:  # 9092 taken (by us, or by whatever held it already)
-        port, why = choose_port(None)
-        assert port != DEFAULT_PORT and port_free(port)
-        assert "9092 is in use" in why and "SY_KAFKA_PORT" in why
-        line = EmbeddedKafka(tmp_path).describe()
-        assert "9092 is in use" in line and "127.0.0.1:" in line
-    finally:
-        if holder is not None:
-            holder.close()
+        port, why = choose_port(None, default=default)
+    assert port != default and port_free(port)
+    assert f"{default} is in use" in why and "SY_KAFKA_PORT" in why
+
+
+def test_the_launcher_line_says_which_port_and_why(tmp_path: Path) -> None:
+    assert DEFAULT_PORT == 9092
+    line = EmbeddedKafka(tmp_path).describe()
+    why = "Kafka's default port" if "127.0.0.1:9092 " in line else "9092 is in use"
+    assert why in line and str(tmp_path) in line

@@ -43,14 +43,16 @@ def broker_binary(bin_dir: Path) -> Path:
     return dest
 
 
-def choose_port(requested: int | None, host: str = "127.0.0.1") -> tuple[int, str]:
+def choose_port(
+    requested: int | None, host: str = "127.0.0.1", default: int = DEFAULT_PORT
+) -> tuple[int, str]:
     """The broker's port and why: SY_KAFKA_PORT when set, else 9092 when free, else any free
     port (9092 taken, by another broker say: the reason goes in the launcher's log line)."""
     if requested:
         return requested, "SY_KAFKA_PORT"
-    if port_free(DEFAULT_PORT, host):
-        return DEFAULT_PORT, "Kafka's default port"
-    return free_port(host), f"{DEFAULT_PORT} is in use, so a free port; set SY_KAFKA_PORT to choose one"
+    if port_free(default, host):
+        return default, "Kafka's default port"
+    return free_port(host), f"{default} is in use, so a free port; set SY_KAFKA_PORT to choose one"
 
 
 class EmbeddedKafka:
