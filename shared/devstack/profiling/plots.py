@@ -134,11 +134,15 @@ def plot_itl(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> Chart:
     return Chart(png=_per_pool_hist(plt, groups, "Inter-token latency (engine), per pool"), note=note)
 
 
-def _per_second(ok: list[dict[str, Any]], t0: float, value: Any) -> dict[int, list[float]]:
-    """Per second of the run (by end time): [requests, sum of value(request)]."""
+def _per_second(run: dict[str, Any], ok: list[dict[str, Any]], value: Any) -> dict[int, list[float]]:
+    """Per second of the run (by end time): [requests, sum of value(request)]. A last second the
+    run spent under half of is left out: its few requests would read as a collapse."""
+    t0 = run["started"]
+    span = run["finished"] - t0
+    last = int(span) if span - int(span) >= 0.5 else int(span) - 1
     bins: dict[int, list[float]] = defaultdict(lambda: [0, 0])
     for r in ok:
-        b = bins[int(r["end"] - t0)]
+        b = bins[min(int(r["end"] - t0), max(last, 0))]
         b[0] += 1
         b[1] += value(r)
     return bins
@@ -148,12 +152,14 @@ def plot_throughput(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> 
     if not ok:
         return Chart(reason=no_requests(run))
     fig, ax = plt.subplots(figsize=(7, 3))
-    bins = _per_second(ok, run["started"], lambda r: r["tokens"])
+    bins = _per_second(run, ok, lambda r: r["tokens"])
     xs = list(range(0, max(bins) + 1))
-    ax.plot(xs, [bins[x][1] if x in bins else 0 for x in xs], label="tokens/s")
+    ax.plot(xs, [bins[x][1] if x in bins else 0 for x in xs], "o-", lw=2, label="tokens/s")
     ax.set_ylabel("tokens/s")
+    ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    ax2.plot(xs, [bins[x][0] if x in bins else 0 for x in xs], color="tab:orange")
+    ax2.plot(xs, [bins[x][0] if x in bins else 0 for x in xs], "--", color="tab:orange")
+    ax2.set_ylim(bottom=0)
     ax2.set_ylabel("requests/s", color="tab:orange")
     ax.set_xlabel("s into the run")
     ax.set_title("Throughput over time (tokens/s blue, requests/s orange)")
@@ -191,10 +197,14 @@ def plot_lag(plt: Any, run: dict[str, Any]) -> Chart:
         return Chart(reason=f"the sampled services ({', '.join(services)}) export no sy_consumer_lag")
     fig, ax = plt.subplots(figsize=(7, 3))
     for k, pts in sorted(lag.items()):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=k.split(":", 1)[1], lw=1)
+        service, series = k.split(":", 1)
+        stage = series.partition("stage=")[2].rstrip("}") or "?"
+        label = service if stage == service else f"{service} (stage {stage})"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, lw=1)
     for _k, pts in sorted(waiting.items()):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "--", label="vLLM engine queue", lw=1)
     ax.set_title("Consumer lag (records) and engine queue (requests) over time")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("s into the run")
     ax.legend(fontsize=6, ncol=2)
     peak = max((v for pts in lag.values() for _, v in pts), default=0)
@@ -212,8 +222,7 @@ def _cache_note(run: dict[str, Any], hits: int) -> str | None:
 def plot_cache(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> Chart:
     if not ok:
         return Chart(reason=no_requests(run))
-    t0 = run["started"]
-    hit_bins = _per_second(ok, t0, lambda r: int(is_hit(r)))
+    hit_bins = _per_second(run, ok, lambda r: int(is_hit(r)))
     xs = list(range(0, max(hit_bins) + 1))
     hits = [hit_bins[x][1] if x in hit_bins else 0 for x in xs]
     misses = [hit_bins[x][0] - hit_bins[x][1] if x in hit_bins else 0 for x in xs]
@@ -249,9 +258,11 @@ def plot_adapters(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> Ch
     for name, ends in sorted(per.items()):
         ends.sort()
         ax.step(ends, list(range(1, len(ends) + 1)), where="post", label=f"{name} ({len(ends)})")
-    for x in loads:
-        ax.axvline(x, color="red", lw=0.6, alpha=0.6)
-    ax.set_title(f"Adapter requests (cumulative) and adapter loads (red: {len(loads)})")
+    if loads:
+        ax.step(
+            loads, list(range(1, len(loads) + 1)), where="post", color="red", label=f"loads ({len(loads)})"
+        )
+    ax.set_title("Adapter requests and adapter loads (red), cumulative")
     ax.set_xlabel("s into the run")
     ax.legend(fontsize=7)
     return Chart(png=_png(fig), note=None if loads else "no adapter load: every adapter was resident already")

@@ -167,7 +167,7 @@ cache hit rate {a["cache_hit_rate"]:.1%}; adapter loads {a["adapter_loads"]}; en
 {figs}
 {_tables(a)}
 {_trace(a)}
-<h2>Figures (JSON)</h2><pre>{_e(json.dumps(a, indent=2))}</pre></body></html>"""
+<h2>Figures (JSON)</h2><pre>{_e(json.dumps(a, indent=2, ensure_ascii=False))}</pre></body></html>"""
 
 
 def write(run: dict[str, Any], out: Path) -> tuple[Path, dict[str, Any]]:
