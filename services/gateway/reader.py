@@ -22,8 +22,8 @@ from shared.runtime.stage import CACHE_SHADOW_JOB
 from shared.runtime.telemetry import get_logger
 
 from .replies import ReplyRouter
-from .requests.store import ResultStore
 from .requests.serving import async_result
+from .requests.store import ResultStore
 
 # Rollout samples reach their job through the reward service (sy.rewards) and batch lines through
 # the batch collector, the cache's shadow checks to its write-back: no connection or async request
@@ -80,8 +80,11 @@ class ReplyHandler:
             self.unrecorded = others[done:]
             if len(self.unrecorded) > UNRECORDED_MAX:
                 raise  # restart: the reader resumes from the offsets saved before them
-            log.warning("result store unavailable; answers kept to record later", error=repr(exc),
-                        waiting=len(self.unrecorded))
+            log.warning(
+                "result store unavailable; answers kept to record later",
+                error=repr(exc),
+                waiting=len(self.unrecorded),
+            )
 
     async def due_save(self) -> bool:
         """Every second the offsets are saved; every minute old async results expire."""

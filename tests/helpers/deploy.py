@@ -828,7 +828,10 @@ def k8s_problems(
 
 # Services whose replicas must share state to scale out (issue 37): the gateway's async requests
 # and limits, the registry's limits.
-SHARED_STATE = {"gateway": ("SY_GATEWAY_STATE_URL", "SY_LIMITS_STORAGE_URI"), "registry": ("SY_LIMITS_STORAGE_URI",)}
+SHARED_STATE = {
+    "gateway": ("SY_GATEWAY_STATE_URL", "SY_LIMITS_STORAGE_URI"),
+    "registry": ("SY_LIMITS_STORAGE_URI",),
+}
 
 
 def scale_out_problems(

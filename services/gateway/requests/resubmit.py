@@ -44,7 +44,9 @@ class Resubmitter:
         for st in await store.claim_stale(s.gateway_resubmit_after_s):
             if st.payload is None or st.sends >= s.gateway_resubmit_max:
                 reason = f"no answer after {st.sends} submissions of the request"
-                await store.finish(st.request_id, st.tenant, "failed", {"error": {"code": "lost", "message": reason}})
+                await store.finish(
+                    st.request_id, st.tenant, "failed", {"error": {"code": "lost", "message": reason}}
+                )
                 log.warning("async request given up", request_id=st.request_id, attempts=st.sends)
                 continue
             try:

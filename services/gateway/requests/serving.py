@@ -84,7 +84,9 @@ class AsyncRequests:
         try:
             # Key, quota and insert in one step of the store: concurrent requests on any replicas
             # cannot all pass the quota or both take one key.
-            rid, new = await store.accept(env.request_id, tenant, body.endpoint, key, encode(env), s.tenant_max_queued)
+            rid, new = await store.accept(
+                env.request_id, tenant, body.endpoint, key, encode(env), s.tenant_max_queued
+            )
         except QueueFull:
             raise ApiError(
                 429,

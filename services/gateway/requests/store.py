@@ -32,7 +32,6 @@ from redis.exceptions import RedisError
 
 from shared.runtime.config import Settings
 
-
 # What a store raises when it cannot answer (Redis down or timing out, a locked SQLite file).
 STORE_ERRORS: tuple[type[Exception], ...] = (RedisError, sqlite3.OperationalError, OSError)
 
@@ -53,7 +52,12 @@ class Stale:
 
 class ResultStore(Protocol):
     async def accept(
-        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        self,
+        request_id: str,
+        tenant: str,
+        endpoint: str,
+        idem_key: str | None,
+        payload: bytes | None,
         max_queued: int,
     ) -> tuple[str, bool]:
         """Record a request; (existing id, False) for a key seen before; QueueFull past the quota."""
@@ -215,14 +219,31 @@ class RedisResultStore:
         return f"{_PREFIX}queued:{tenant}"
 
     async def accept(
-        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        self,
+        request_id: str,
+        tenant: str,
+        endpoint: str,
+        idem_key: str | None,
+        payload: bytes | None,
         max_queued: int,
     ) -> tuple[str, bool]:
         rid, new = await self._accept(
-            keys=[self._req(request_id, tenant), self._idem(tenant, idem_key), _QUEUED, self._tenant_queued(tenant)],
+            keys=[
+                self._req(request_id, tenant),
+                self._idem(tenant, idem_key),
+                _QUEUED,
+                self._tenant_queued(tenant),
+            ],
             args=[
-                request_id, tenant, endpoint, idem_key or "", payload or b"", repr(time.time()), self._ttl,
-                max_queued, self._member(request_id, tenant),
+                request_id,
+                tenant,
+                endpoint,
+                idem_key or "",
+                payload or b"",
+                repr(time.time()),
+                self._ttl,
+                max_queued,
+                self._member(request_id, tenant),
             ],
         )
         if int(new) < 0:
@@ -235,7 +256,8 @@ class RedisResultStore:
 
     async def submitted(self, request_id: str, tenant: str) -> None:
         await self._submitted(
-            keys=[self._req(request_id, tenant), _QUEUED], args=[repr(time.time()), self._member(request_id, tenant)]
+            keys=[self._req(request_id, tenant), _QUEUED],
+            args=[repr(time.time()), self._member(request_id, tenant)],
         )
 
     async def forget(self, request_id: str, tenant: str) -> None:
@@ -271,7 +293,14 @@ class RedisResultStore:
     async def finish(self, request_id: str, tenant: str, status: str, result: dict[str, Any]) -> bool:
         done = await self._finish(
             keys=[self._req(request_id, tenant), _QUEUED, self._tenant_queued(tenant)],
-            args=[tenant, status, json.dumps(result), repr(time.time()), self._member(request_id, tenant), request_id],
+            args=[
+                tenant,
+                status,
+                json.dumps(result),
+                repr(time.time()),
+                self._member(request_id, tenant),
+                request_id,
+            ],
         )
         return bool(int(done))
 
@@ -313,7 +342,9 @@ class RedisResultStore:
             await pipe.execute()
 
     async def offsets(self, instance: str) -> dict[tuple[str, int], int]:
-        raw = await self._r.hgetall(f"{_PREFIX}offsets:{instance}") or await self._r.hgetall(f"{_PREFIX}offsets")
+        raw = await self._r.hgetall(f"{_PREFIX}offsets:{instance}") or await self._r.hgetall(
+            f"{_PREFIX}offsets"
+        )
         out: dict[tuple[str, int], int] = {}
         for k, v in raw.items():
             topic, _, part = k.decode().rpartition(":")
@@ -367,7 +398,12 @@ class SqliteResultStore:
             return self._db.execute(sql, args).fetchone()
 
     async def accept(
-        self, request_id: str, tenant: str, endpoint: str, idem_key: str | None, payload: bytes | None,
+        self,
+        request_id: str,
+        tenant: str,
+        endpoint: str,
+        idem_key: str | None,
+        payload: bytes | None,
         max_queued: int,
     ) -> tuple[str, bool]:
         with self._lock:
@@ -406,7 +442,8 @@ class SqliteResultStore:
     async def forget(self, request_id: str, tenant: str) -> None:
         with self._lock:
             self._db.execute(
-                "DELETE FROM requests WHERE request_id=? AND tenant=? AND status='queued'", (request_id, tenant)
+                "DELETE FROM requests WHERE request_id=? AND tenant=? AND status='queued'",
+                (request_id, tenant),
             )
 
     async def claim_stale(self, older_than_s: float, limit: int = 100) -> list[Stale]:
@@ -444,12 +481,21 @@ class SqliteResultStore:
         cols = "request_id, endpoint, status, created, finished, result"
         row = self._one(f"SELECT {cols} FROM requests WHERE request_id=? AND tenant=?", (request_id, tenant))
         if row is None:  # the client's own request_id (kept as its idempotency key)
-            row = self._one(f"SELECT {cols} FROM requests WHERE idem_key=? AND tenant=?", (request_id, tenant))
+            row = self._one(
+                f"SELECT {cols} FROM requests WHERE idem_key=? AND tenant=?", (request_id, tenant)
+            )
         if row is None:
             return None
         rid, endpoint, status, created, finished, result = row
         return _view(
-            rid, {"endpoint": endpoint, "status": status, "created": created, "finished": finished, "result": result}
+            rid,
+            {
+                "endpoint": endpoint,
+                "status": status,
+                "created": created,
+                "finished": finished,
+                "result": result,
+            },
         )
 
     async def queued(self, tenant: str) -> int:
@@ -464,7 +510,8 @@ class SqliteResultStore:
     async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
         with self._lock:
             self._db.executemany(
-                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", [(t, p, o) for (t, p), o in offsets.items()]
+                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
+                [(t, p, o) for (t, p), o in offsets.items()],
             )
 
     async def offsets(self, instance: str) -> dict[tuple[str, int], int]:
