@@ -17,7 +17,12 @@ class KafkaSettings(Section):
     kafka_bootstrap: str | None = Field(
         default=None, description="Kafka bootstrap servers; unset = the launcher starts the embedded broker"
     )
-    kafka_port: int | None = Field(default=None, ge=1, le=65535, description="Port of the embedded broker")
+    kafka_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the embedded broker (unset: 9092 when free, else a free port)",
+    )
     kafka_embedded: bool = Field(
         default=False,
         description="The broker is the embedded Tansu (the launcher sets it): turns on the workarounds for a "
