@@ -259,6 +259,8 @@ def validate(env: Envelope) -> None:
         raise _invalid(f"kind {int(env.kind)} is not one of {sorted(Kind.keys())}")
     if env.priority not in Priority.values():
         raise _invalid(f"priority {int(env.priority)} is not one of {sorted(Priority.keys())}")
+    if env.reply_format not in ReplyFormat.values():
+        raise _invalid(f"reply_format {int(env.reply_format)} is not one of {sorted(ReplyFormat.keys())}")
     if not env.model:
         raise _invalid("model is required")
     req = env.request

@@ -123,6 +123,9 @@ def test_unspecified_and_unknown_numbers_parse_but_do_not_validate() -> None:
         validate(from_json(json.dumps(body(kind="KIND_UNSPECIFIED"))))
     with pytest.raises(Rejected, match="kind 99 is not one of"):
         validate(from_json(json.dumps(body(kind=99))))
+    with pytest.raises(Rejected, match="reply_format 7 is not one of"):
+        validate(from_json(json.dumps(body(reply_format=7))))
+    assert from_json(json.dumps(body(reply_format=2))).reply_format == ReplyFormat.REPLY_FORMAT_JSON
 
 
 # ------------------------------------------------------------------ the reply format decision
