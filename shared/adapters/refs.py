@@ -12,19 +12,22 @@ SELECTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def parse_ref(ref: str) -> tuple[str, int | None, str | None]:
-    """(name, version, alias); a bare name means alias `latest`. ValueError with the reason."""
+    """(name, version, alias); a bare name means alias `latest`. ValueError with the reason.
+
+    Whole-string matches of ASCII only (as the registry checks them): a trailing newline or a
+    non-ASCII digit such as `name@٣` is refused here, not read as `name` or version 3."""
     name, sep, selector = ref.partition("@")
-    if not NAME_RE.match(name) or ".." in name:
+    if not NAME_RE.fullmatch(name) or ".." in name:
         raise ValueError(f"invalid adapter name {name!r}: use lowercase letters, digits, '.', '_', '-'")
     if not sep:
         return name, None, "latest"
+    if not SELECTOR_RE.fullmatch(selector):
+        raise ValueError(f"invalid adapter version or alias in {ref!r}")
     if selector.isdigit():
         version = int(selector)
         if version < 1:
             raise ValueError(f"adapter versions start at 1, got {ref!r}")
         return name, version, None
-    if not SELECTOR_RE.match(selector):
-        raise ValueError(f"invalid adapter alias in {ref!r}")
     return name, None, selector
 
 

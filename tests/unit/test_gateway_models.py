@@ -235,6 +235,10 @@ HOSTILE = [
     "ACME-LORA",
     "acme-lora\x00",
     "%00",
+    "acme-lora\n",  # a trailing newline: `$` alone would let it pass as a name
+    "acme-lora@prod\n",
+    "acme-lora@\u0663",  # ARABIC-INDIC DIGIT THREE: str.isdigit() says yes, it is no version
+    "acme-lora@\u00b2",  # SUPERSCRIPT TWO
 ]
 
 
@@ -290,7 +294,7 @@ async def test_registry_down_is_503_for_adapter_ids_only(tmp_path: Path) -> None
             assert r.status_code == 503 and r.json()["error"]["code"] == "registry_unavailable", r.text
         # An id no adapter can have is a 404 without asking the registry.
         calls = registry.calls
-        for model_id in ("org/x", "名前", LONG):
+        for model_id in ("org/x", "名前", LONG, "acme-lora\n", "acme-lora@\u0663"):
             r = await http.get(path_of(model_id), headers=ACME)
             assert r.status_code == 404, r.text
         assert registry.calls == calls
@@ -352,6 +356,20 @@ async def test_replies_name_the_adapter_version_that_answered(
         strict(protocol.Completion, r.json())
         r = await http.post("/v1/completions", json={**body, "stream": True}, headers=ACME)
         assert {c["system_fingerprint"] for c in events(r.text)} == {pinned}
+
+
+async def test_hostile_adapter_refs_in_requests_are_refused_before_the_registry(tmp_path: Path) -> None:
+    """What /v1/models/{id} refuses, a request refuses too: a non-ASCII digit is not a version."""
+    registry = Registry()
+    async with gateway(tmp_path, registry) as http:
+        for ref in ("acme-lora@\u0663", "acme-lora\n", "acme-lora@prod\n", "acme-lora@" + "9" * 65):
+            r = await http.post("/v1/chat/completions", json={**CHAT, "model": ref}, headers=ACME)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", (ref, r.text)
+            r = await http.post(
+                "/v1/chat/completions", json={**CHAT, "model": "sy-tiny", "adapter": ref}, headers=ACME
+            )
+            assert r.status_code == 400 and r.json()["error"]["param"] == "adapter", (ref, r.text)
+        assert registry.calls == 0
 
 
 async def test_base_model_replies_name_no_adapter(tmp_path: Path) -> None:

@@ -13,6 +13,15 @@ from .serving import ModelCatalog, card_body
 
 router = APIRouter()
 
+PREFIX = "/v1/models/"
+
+
+def asked_id(request: Request, model_id: str) -> str:
+    """The id as sent: Starlette's `path` match stops at a newline (`/v1/models/x%0A` gives `x`),
+    so the id is the rest of the decoded path, and `x\n` is a 404, not x's card."""
+    path: str = request.scope["path"]
+    return path[path.find(PREFIX) + len(PREFIX) :] if PREFIX in path else model_id
+
 
 @router.get("/v1/models", response_model=ModelList)
 async def models(request: Request, tenant: Tenant) -> JSONResponse:
@@ -31,4 +40,5 @@ async def models(request: Request, tenant: Tenant) -> JSONResponse:
 async def model(model_id: str, request: Request, tenant: Tenant) -> JSONResponse:
     """A base model, or an adapter this tenant may use as `name`, `name@3` or `name@alias`
     (`root` and `version` say which version that pins now); 404 otherwise."""
-    return JSONResponse(card_body(await state_of(request, "models", ModelCatalog).card(tenant, model_id)))
+    catalog = state_of(request, "models", ModelCatalog)
+    return JSONResponse(card_body(await catalog.card(tenant, asked_id(request, model_id))))
