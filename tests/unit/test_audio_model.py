@@ -225,6 +225,7 @@ def test_sy_audio_rule_is_read_from_the_model_config() -> None:
     broken = {"model_type": "sy_vlm", "audio_config": {"model_type": "sy_audio", "pool": 0}}
     assert audio_rate(broken, 50.0) == 50.0  # a malformed config falls back, never crashes
     assert audio_rate({"model_type": "llama"}, 50.0) == 50.0
-    # preprocess's count from the duration equals the encoder's from the samples, every length
-    for n in range(1, 80000, 37):
-        assert audio_tokens(n / 16000, 25.0) == audio_tower.tokens_for(n, audio.AUDIO), n
+    # preprocess's count from the duration equals the encoder's from the samples, for every length
+    # up to 30 s (unrounded, 34 of them were one over: 4480 / 16000 * 25 = 7.000000000000001)
+    for n in range(1, 30 * 16000 + 1):
+        assert audio_tokens(n / 16000, 25.0) == -(-n // 640) == audio_tower.tokens_for(n, audio.AUDIO), n
