@@ -321,8 +321,41 @@ def stability_section(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def replies_section(data: dict[str, Any]) -> list[str]:
+    """Bytes each gateway replica reads per request: 1 replica, 3 with reply partitions, 3 reading all."""
+    head = _heading(
+        "Reply routing: bytes each gateway replica reads",
+        "replies",
+        "Streamed 16-token chat requests, round-robin over the replicas; bytes of sy.responses and "
+        "sy.stream records each replica read, per request it served.",
+        data.get("run"),
+    )
+    cases = [
+        ("1 replica", "one_replica"),
+        ("3 replicas, reply partitions", "three_replicas"),
+        ("3 replicas reading every reply", "three_replicas_reading_everything"),
+    ]
+    rows = [
+        [
+            label,
+            data[key]["answered"],
+            data[key]["requests"],
+            data[key]["bytes_per_request_per_replica"],
+            data[key]["bytes_read_per_request_all_replicas"],
+        ]
+        for label, key in cases
+        if key in data
+    ]
+    table = _table(
+        ["case", "answered", "requests", "bytes/request per replica (max)", "bytes/request, all replicas"],
+        rows,
+    )
+    return head + table
+
+
 STORES = {"broker", "milvus"}
 SECTIONS = {
+    "replies": replies_section,
     "soak": soak_section,
     "broker-capacity": capacity_section,
     "cache-eval": cache_eval_section,

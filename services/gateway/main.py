@@ -17,6 +17,7 @@ from .limits import body_limit
 from .publish import Publisher
 from .reader import ReplyHandler, ReplyReader
 from .replies import ReplyRouter
+from .reply_lease import ReplyLease
 from .requests.resubmit import Resubmitter
 from .requests.store import open_result_store
 from .rollouts.follow import RewardsReader
@@ -26,8 +27,18 @@ from .rollouts.store import RolloutStore, store_path
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     replies = ReplyRouter()
     store = open_result_store(settings)
-    reader = ReplyReader(settings, ReplyHandler(settings, replies, store))
-    publisher = Publisher(settings, producer, wake=reader.follower.wake)
+    # Replies come to this replica's own partition when the replicas share a Redis (reply_lease.py).
+    lease = (
+        ReplyLease(settings.gateway_state_url, settings.instance_id) if settings.gateway_state_url else None
+    )
+    reader = ReplyReader(settings, ReplyHandler(settings, replies, store), lease)
+    responses = settings.topic("responses")
+    publisher = Publisher(
+        settings,
+        producer,
+        wake=reader.follower.wake,
+        reply_to=(lambda: lease.reply_to(responses)) if lease is not None else (lambda: ""),
+    )
     resubmitter = Resubmitter(settings, store, publisher.submit, reader.ready.is_set)
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
@@ -57,7 +68,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         background=[reader.run, resubmitter.run, rewards.run],
         app=app,
         on_drain=[backend.open_requests_answered],
-        on_stop=[store.close, *([peek.close] if peek is not None else [])],
+        on_stop=[
+            store.close,
+            *([lease.close] if lease is not None else []),
+            *([peek.close] if peek is not None else []),
+        ],
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
+from prometheus_client import Counter
 
 from shared.runtime.bus import JOB_HEADER, decode_delta, decode_record, header, sent_ns
 from shared.runtime.config import Settings
@@ -22,6 +23,7 @@ from shared.runtime.stage import CACHE_SHADOW_JOB
 from shared.runtime.telemetry import get_logger
 
 from .replies import ReplyRouter
+from .reply_lease import ReplyLease
 from .requests.serving import async_result
 from .requests.store import ResultStore
 
@@ -30,8 +32,21 @@ from .requests.store import ResultStore
 # here waits on them.
 JOBS_ANSWERED_ELSEWHERE = ("rollout", "batch", CACHE_SHADOW_JOB)
 UNRECORDED_MAX = 10_000
+REPLY_BYTES = Counter(
+    "sy_gateway_reply_bytes_read_total",
+    "Bytes of sy.responses and sy.stream records this gateway replica read (values, keys, headers)",
+)
+REPLY_RECORDS = Counter("sy_gateway_reply_records_read_total", "Records of sy.responses and sy.stream read")
 
 log = get_logger(__name__)
+
+
+def _size(rec: ConsumerRecord) -> int:
+    return (
+        len(rec.value or b"")
+        + len(rec.key or b"")
+        + sum(len(k) + len(v or b"") for k, v in rec.headers or ())
+    )
 
 
 class ReplyHandler:
@@ -49,6 +64,9 @@ class ReplyHandler:
         """Deltas and answers to this replica's connections; any other answer may be an async
         request's (of any replica: the store is shared), looked up in one round trip per batch."""
         others: list[Envelope] = []
+        records = list(records)
+        REPLY_RECORDS.inc(len(records))
+        REPLY_BYTES.inc(sum(_size(rec) for rec in records))
         for rec in records:
             if rec.topic == self.stream_topic:
                 try:
@@ -105,8 +123,8 @@ class ReplyReader:
     results (saved past the end: the broker was reset, so from the beginning), the stream starts
     at its end. An error stops the service, as the reader always did (restart_after_s=None)."""
 
-    def __init__(self, settings: Settings, handler: ReplyHandler) -> None:
-        self.settings, self.handler, self.store = settings, handler, handler.store
+    def __init__(self, settings: Settings, handler: ReplyHandler, lease: ReplyLease | None = None) -> None:
+        self.settings, self.handler, self.store, self.lease = settings, handler, handler.store, lease
         self.follower = Follower(
             settings,
             [handler.responses_topic, handler.stream_topic],
@@ -115,6 +133,7 @@ class ReplyReader:
             start=self.start,
             fetch_wait_ms=settings.kafka_fetch_max_wait_ms,
             restart_after_s=None,
+            partitions=lease.choose if lease is not None else None,
         )
         self.ready = self.follower.ready
 
@@ -142,4 +161,11 @@ class ReplyReader:
                 log.warning("result store unavailable; offsets not saved", error=repr(exc))
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.follower.run(stop)
+        if self.lease is None:
+            await self.follower.run(stop)
+            return
+        renewals = asyncio.create_task(self.lease.run(stop, on_change=self.follower.reassign))
+        try:
+            await self.follower.run(stop)
+        finally:
+            renewals.cancel()

@@ -17,7 +17,7 @@ from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
 from shared.generation.engine import GenerationEngine
 from shared.generation.engine_io import Accumulator, DeltaBatcher, deadline_error, deadline_passed
-from shared.runtime.bus import OutRecord, Producer, delta_value
+from shared.runtime.bus import OutRecord, Producer, delta_value, reply_partition
 from shared.runtime.config import Settings
 from shared.runtime.consumer import StageConsumer
 from shared.runtime.envelope import Envelope, Rejected, set_error
@@ -39,15 +39,20 @@ class StreamPublisher:
     engine's batch runs one sequence short.
     """
 
-    def __init__(self, producer: Producer, topic: str, env: Envelope, flush_ms: float) -> None:
+    def __init__(
+        self, producer: Producer, topic: str, env: Envelope, flush_ms: float, partition: int | None = None
+    ) -> None:
         self.producer, self.topic, self.env = producer, topic, env
+        self.partition = partition  # the requester's reply partition (reply_to), as its final reply
         self.batcher = DeltaBatcher(flush_ms)
         self.failed = 0
 
     async def _send(self, delta: StreamDelta | None) -> None:
         if delta is not None:
             value, headers = delta_value(delta, self.env.reply_format)
-            record = OutRecord(self.topic, value, key=self.env.request_id.encode(), headers=headers)
+            record = OutRecord(
+                self.topic, value, key=self.env.request_id.encode(), headers=headers, partition=self.partition
+            )
             (await self.producer.send_soon(record)).add_done_callback(self._acked)
 
     def _acked(self, ack: asyncio.Future[object]) -> None:
@@ -153,7 +158,13 @@ class GenerationWorker:
         try:  # from here on the job's release (a LoRA pin) always runs
             kw = job.kw
             acc = Accumulator(kw["n"], self.worker, stage=self.engine.stage, top_logprobs=kw.get("logprobs"))
-            stream = StreamPublisher(self.producer, self.stream_topic, env, self.settings.stream_flush_ms)
+            stream = StreamPublisher(
+                self.producer,
+                self.stream_topic,
+                env,
+                self.settings.stream_flush_ms,
+                reply_partition(env.reply_to, self.responses),
+            )
             # Unique per attempt: a redelivered request may reach the engine while the old one
             # runs, and per tenant: two tenants may send the same request id (DESIGN §6).
             attempt = f"{env.tenant}/{env.request_id}:{time.time_ns()}"

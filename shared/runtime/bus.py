@@ -135,6 +135,21 @@ def client_kwargs(settings: Settings) -> dict[str, object]:
     return kw
 
 
+# The longest partition number a reply_to may name (Kafka topics have at most thousands).
+_REPLY_PARTITION_DIGITS = 5
+
+
+def reply_partition(reply_to: str, responses_topic: str) -> int | None:
+    """The partition of sy.responses (and of sy.stream) the requester reads, from an envelope's
+    `reply_to` (`<responses topic>:<partition>`, set by the gateway replica that holds the
+    connection); None for anything else, so the key spreads the reply as before. A foreign
+    producer may write any text there: a partition the topic lacks is dropped at send time."""
+    topic, sep, part = reply_to.rpartition(":")
+    if not sep or topic != responses_topic or not part.isdigit() or len(part) > _REPLY_PARTITION_DIGITS:
+        return None
+    return int(part)
+
+
 @dataclass(slots=True)
 class OutRecord:
     """A record to produce: the bus adds the sent-time header and awaits the broker's ack."""
@@ -186,8 +201,13 @@ class Producer:
         """Hand a record to the client's batcher; the returned future resolves on the broker's ack."""
         headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
         headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
+        partition = r.partition
+        if partition is not None:
+            known = self._p.client.cluster.partitions_for_topic(r.topic)
+            if known is not None and partition not in known:
+                partition = None  # a reply_to naming a partition the topic lacks: by key
         try:
-            fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=r.partition)
+            fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=partition)
         except Exception:
             self._failed()
             # A restarted broker re-creates its topics: metadata cached before that can lack a

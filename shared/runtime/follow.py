@@ -33,6 +33,8 @@ StartFn = Callable[
 ]
 OnBatch = Callable[[list[ConsumerRecord]], Awaitable[None] | None]
 OnReset = Callable[[list[TopicPartition]], Awaitable[None] | None]
+# Which of a topic's partitions to read, given all of them (a reader that owns only some).
+PartitionFilter = Callable[[str, list[int]], Awaitable[list[int]]]
 
 
 async def _call(fn: Callable[..., Awaitable[None] | None], *args: object) -> None:
@@ -56,6 +58,9 @@ class Follower:
       empty polls in a row (the embedded broker may not report a high watermark).
     - `guard` adapts the fetch wait (idle back-off, lagging fetches); `wake()` after sending
       what will be answered on these topics.
+    - `partitions(topic, all)`: the partitions of each topic to read (default: all); after
+      `reassign()` it is asked again and the reader moves to the new set, keeping its position
+      on the partitions it keeps and starting new ones from `start`.
     - `run(stop)`: an error (broker down, a callback raising) is logged and, after
       `restart_after_s`, the reader starts again from `start` with a new consumer; with
       `restart_after_s=None` the error propagates (the service stops and is restarted).
@@ -76,8 +81,11 @@ class Follower:
         offset_reset: Literal["earliest", "latest"] = "earliest",
         caught_up_polls: int = 20,
         restart_after_s: float | None = 1.0,
+        partitions: PartitionFilter | None = None,
     ) -> None:
         self.settings, self.topics, self.name = settings, list(topics), name
+        self.partitions = partitions
+        self._reassign = asyncio.Event()
         self.on_batch, self.start, self.on_reset = on_batch, start, on_reset
         # Off the reply path by default: on the embedded broker every held fetch costs polls.
         self.fetch_wait_ms = off_path_wait_ms(settings) if fetch_wait_ms is None else fetch_wait_ms
@@ -87,6 +95,10 @@ class Follower:
         self.caught_up = asyncio.Event()
         self.guard: FetchWaitGuard | None = None
         self._consumer: AIOKafkaConsumer | None = None
+
+    def reassign(self) -> None:
+        """The partition filter's answer changed: move to the new set at the next poll."""
+        self._reassign.set()
 
     def wake(self) -> None:
         """Records are expected soon: short fetch waits again (see FetchWaitGuard.wake)."""
@@ -151,7 +163,12 @@ class Follower:
             await consumer.topics()  # refresh metadata
             parts = {t: consumer.partitions_for_topic(t) or set() for t in self.topics}
             if all(parts.values()):
-                return [TopicPartition(t, p) for t in self.topics for p in sorted(parts[t])]
+                self._reassign.clear()
+                chosen = {
+                    t: (await self.partitions(t, sorted(ps)) if self.partitions is not None else sorted(ps))
+                    for t, ps in parts.items()
+                }
+                return [TopicPartition(t, p) for t in self.topics for p in chosen[t]]
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
@@ -179,6 +196,8 @@ class Follower:
     async def _poll(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], stop: asyncio.Event) -> None:
         t0, empty = time.monotonic(), 0
         while not stop.is_set():
+            if self._reassign.is_set():
+                tps = await self._move(consumer, stop)
             batch = await consumer.getmany(timeout_ms=self.poll_ms)
             if self.guard is not None:
                 self.guard.observe(bool(batch))
@@ -191,6 +210,24 @@ class Follower:
                 if empty >= self.caught_up_polls or await self._at_end(consumer, tps):
                     self.caught_up.set()
                     log.info("follower caught up", reader=self.name, seconds=round(time.monotonic() - t0, 3))
+
+    async def _move(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> list[TopicPartition]:
+        """Read the partitions the filter names now: kept ones go on from where they were."""
+        kept = {tp: await consumer.position(tp) for tp in consumer.assignment()}
+        tps = await self._partitions(consumer, stop)
+        consumer.assign(tps)
+        for tp, at in kept.items():
+            if tp in tps:
+                consumer.seek(tp, at)
+        new = [tp for tp in tps if tp not in kept]
+        if new:
+            await self._seek(consumer, new)
+        log.info(
+            "follower reassigned",
+            reader=self.name,
+            partitions=sorted(f"{t.topic}:{t.partition}" for t in tps),
+        )
+        return tps
 
     @staticmethod
     async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:

@@ -25,6 +25,7 @@ from shared.runtime.bus import (
     decode_record,
     header,
     reply_format_of,
+    reply_partition,
     sent_ns,
 )
 from shared.runtime.config import Settings
@@ -85,7 +86,8 @@ def out_record(emit: Emit, replies: str | None = None) -> OutRecord:
     """Encode an Emit with the current trace context and its job in its headers.
 
     Protobuf, except a reply on `replies` (sy.responses) to a request that asked for JSON
-    (Envelope.reply_format, set at ingest): every stage that answers comes through here.
+    (Envelope.reply_format, set at ingest): every stage that answers comes through here. A reply
+    goes to the partition its `reply_to` names, the one its gateway replica reads.
     """
     if replies is not None and emit.topic == replies:
         value, content_type = encode_reply(emit.envelope)
@@ -97,12 +99,16 @@ def out_record(emit: Emit, replies: str | None = None) -> OutRecord:
     ]
     inject_headers(headers)
     key = emit.key if emit.key is not None else emit.envelope.request_id
+    partition = emit.partition
+    if partition is None and replies is not None and emit.topic == replies:
+        # The gateway replica holding the connection reads this partition only (reply_to).
+        partition = reply_partition(emit.envelope.reply_to, replies)
     return OutRecord(
         topic=emit.topic,
         value=value,
         key=key.encode(),
         headers=headers,
-        partition=emit.partition,
+        partition=partition,
     )
 
 

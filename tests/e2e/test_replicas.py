@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
+import shutil
 import threading
 import time
 import uuid
@@ -25,54 +23,14 @@ import httpx
 import openai
 import pytest
 
-from shared.runtime.procs import free_port
+from loadtests.harness.replicas import Replica, counter
 from tests.e2e.conftest import Pipeline
-from tests.helpers.kafka import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 A = {"Authorization": "Bearer sk-a"}
 B = {"Authorization": "Bearer sk-b"}
 RATE_B = 2.0  # tenant-b's requests/s, counted over SY_GATEWAY_RATE_BURST_S=2: 4 per window
-
-
-class Replica:
-    """A second process of a service, started with the environment of the launcher's child."""
-
-    def __init__(self, p: Pipeline, service: str) -> None:
-        pid = p.endpoints["services"][service]["pid"]
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-        env = dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
-        self.port = free_port()
-        env.update(SY_INSTANCE_ID=f"{service}-2", SY_HEALTH_PORT=str(self.port))
-        self.log = p.var_dir / f"{service}-2.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{service}.main"],
-            cwd=ROOT,
-            env=env,
-            stdout=open(self.log, "wb"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, timeout_s: float = 240) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text(errors="replace")[-4000:]
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(self.log.read_text(errors="replace")[-4000:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +50,12 @@ def stack(
         p.wait_up()
         assert p.endpoints["redis"].startswith("redis://"), "the launcher started no Redis"
         for service in ("gateway", "preprocess", "cache", "vllm_worker"):
-            replicas[service] = Replica(p, service)
-        for r in replicas.values():
-            r.wait_ready()
+            replicas[service] = Replica(p.endpoints, p.var_dir, service)
+        # A gateway is ready once its reply reader reads; a stage replica once the group gave it
+        # partitions (or, on a loaded host, at least once it is alive: the group settles later).
+        replicas["gateway"].wait_ready()
+        for name in ("preprocess", "cache", "vllm_worker"):
+            replicas[name].wait_alive()
         # Warm both gateways: the first request also waits for the consumer groups to settle.
         for base in (p.base_url, replicas["gateway"].url + "/v1"):
             httpx.post(
@@ -108,6 +69,11 @@ def stack(
         for r in replicas.values():
             r.stop()
         p.stop()
+        keep = os.environ.get("SY_TEST_KEEP_LOGS")
+        if keep:
+            for r in replicas.values():
+                shutil.copy(r.log, Path(keep) / r.log.name)
+            shutil.copy(p.log_path, Path(keep) / "up.log")
 
 
 def bases(stack: tuple[Pipeline, dict[str, Replica]]) -> tuple[str, str]:
@@ -152,6 +118,27 @@ def test_async_request_on_one_replica_is_read_and_retried_on_the_other(stack) ->
     # Another tenant sees neither id.
     assert httpx.get(f"{gb}/requests/{rid}", headers=B, timeout=30).status_code == 404
     assert httpx.get(f"{ga}/requests/{own}", headers=B, timeout=30).status_code == 404
+
+
+def test_each_gateway_reads_its_own_replies_only(stack) -> None:
+    """Replies go to the partition the requesting replica reads (reply_to): B reads none of A's."""
+    p, replicas = stack
+    ga, gb = bases(stack)
+    name = "sy_gateway_reply_records_read_total"
+    before_a, before_b = (
+        counter(p.endpoints["services"]["gateway"]["url"], name),
+        counter(replicas["gateway"].url, name),
+    )
+    for i in range(12):
+        r = httpx.post(
+            f"{ga}/chat/completions", headers=A, json={**chat(f"own{i}"), "stream": True}, timeout=60
+        )
+        assert r.status_code == 200, r.text
+    time.sleep(1)
+    read_a = counter(p.endpoints["services"]["gateway"]["url"], name) - before_a
+    read_b = counter(replicas["gateway"].url, name) - before_b
+    assert read_a >= 24, read_a  # 12 final replies and at least one delta record each
+    assert read_b == 0, read_b
 
 
 def test_a_rollout_created_on_one_replica_is_waited_on_from_the_other(stack) -> None:
@@ -251,7 +238,7 @@ def test_a_gateway_killed_mid_load_loses_no_accepted_request_and_its_streams_end
     while "first" not in seen and "end" not in seen and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "first" in seen, seen
-    os.killpg(replicas["gateway"].proc.pid, signal.SIGKILL)
+    replicas["gateway"].kill()
     t.join(timeout=30)
     assert not t.is_alive(), "the stream hung after its gateway died"
     assert isinstance(seen["end"], httpx.HTTPError), seen

@@ -111,3 +111,61 @@ async def test_every_fatal_lets_the_failure_end_the_task() -> None:
     with pytest.raises(RuntimeError, match="broken"):
         await asyncio.wait_for(every(0.01, chore, asyncio.Event(), name="chore", fatal=True), 5)
     assert len(calls) == 1
+
+
+async def test_a_partition_filter_and_a_reassign_keep_positions_and_start_new_partitions(
+    broker, topics
+) -> None:
+    """The gateway's reply reader (reply_lease.py): it reads its own partitions; on reassign the
+    kept ones go on where they were, a new one starts where `start` says, a dropped one stops."""
+    from shared.runtime.bus import OutRecord, Producer
+
+    s = _settings(broker, topics)
+    topic = s.topic("responses")
+    producer = Producer(s)
+    await producer.start()
+    seen: list[tuple[int, bytes]] = []
+    owned = [[0]]
+
+    async def choose(_topic: str, parts: list[int]) -> list[int]:
+        return [p for p in owned[-1] if p in parts]
+
+    def starts(ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | Edge]:
+        return {tp: "beginning" for tp in ends}
+
+    f = Follower(
+        s,
+        [topic],
+        name="t-lease",
+        on_batch=lambda rs: seen.extend((r.partition, r.value) for r in rs),
+        start=starts,
+        partitions=choose,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(f.run(stop))
+    try:
+        await producer.send_all([OutRecord(topic, b"p1-early", partition=1)])
+        await asyncio.wait_for(f.ready.wait(), 20)
+        await producer.send_all([OutRecord(topic, b"p0-a", partition=0)])
+        assert await _until(lambda: (0, b"p0-a") in seen)
+        assert all(p == 0 for p, _ in seen)  # partition 1 is not ours
+        owned.append([0, 1])
+        f.reassign()
+        await producer.send_all([OutRecord(topic, b"p0-b", partition=0)])
+        assert await _until(lambda: (1, b"p1-early") in seen and (0, b"p0-b") in seen)
+        assert [v for p, v in seen if p == 0] == [b"p0-a", b"p0-b"]  # kept: not read again
+        owned.append([1])
+        f.reassign()
+        await asyncio.sleep(0.5)
+        await producer.send_all(
+            [OutRecord(topic, b"p0-c", partition=0), OutRecord(topic, b"p1-b", partition=1)]
+        )
+        assert await _until(lambda: (1, b"p1-b") in seen)
+        await asyncio.sleep(0.3)
+        assert (0, b"p0-c") not in seen  # dropped
+        # A partition the topic lacks (a hostile reply_to) is produced by key instead of failing.
+        await producer.send_all([OutRecord(topic, b"nowhere", key=b"k", partition=4096)])
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await producer.stop()

@@ -330,8 +330,9 @@ class RedisResultStore:
         return len(old)
 
     async def save_offsets(self, instance: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Saved under the replica's id and as the gateways' latest: a new replica (a new pod
-        name) resumes where the last replica was, so answers that arrived while none ran are kept."""
+        """Saved as the gateways' latest per partition (and under the replica's id): a new
+        replica (a new pod name), or one that adopts a dead replica's partition, resumes where the
+        last reader was, so answers that arrived while none read are kept."""
         if not offsets:
             return
         mapping = {f"{t}:{p}": o for (t, p), o in offsets.items()}
