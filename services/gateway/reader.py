@@ -1,4 +1,4 @@
-"""The reply reader: sy.responses and sy.stream, all partitions, no group (replies.py says why).
+"""The reply reader: its own partitions of sy.responses and sy.stream, no group (replies.py says why).
 
 `ReplyHandler` is what a record means (no Kafka in it); `ReplyReader` reads the topics with
 shared.runtime.follow.Follower: responses resume from the offsets saved with the async results,

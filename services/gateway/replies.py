@@ -1,13 +1,12 @@
-"""Getting replies back to the connection that waits for them, and keeping async results.
+"""Getting replies back to the connection that waits for them.
 
-Mechanism (DESIGN §4 "replies reach the gateway instance that holds the connection"): every
-gateway instance reads sy.responses and sy.stream in full without a consumer group and keeps
-only the records of requests it has in flight (`ReplyRouter`). No routing state is shared, an
-instance can die without stranding other instances' replies, and the cost grows with the number
-of instances times the reply volume, which suits a handful of gateway replicas. Async results
-are persisted (requests/store.py: Redis shared by the replicas, or one SQLite file) together
-with each reader's offsets, so a restarted gateway resumes reading where it stopped and still
-records results that arrived meanwhile; any replica records any async result (the first wins).
+Mechanism (DESIGN §4 "replies reach the gateway instance that holds the connection"): each
+gateway replica reads its own partition of sy.responses and sy.stream (reply_lease.py: the
+partition it names in `reply_to`), plus partitions nobody holds, and keeps only the records of
+requests it has in flight (`ReplyRouter`). Async results are persisted (requests/store.py: Redis
+shared by the replicas, or one SQLite file) together with the reader's offsets, so a restarted
+or adopting replica resumes where the last reader stopped; any replica records any async
+result it reads (the first wins).
 """
 
 from __future__ import annotations
