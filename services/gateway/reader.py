@@ -139,7 +139,11 @@ class ReplyReader:
 
     async def start(self, ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | Edge]:
         """Where each responses partition resumes; the stream's (left out) start at the end."""
-        saved = await self.store.offsets(self.settings.instance_id)
+        try:
+            saved = await self.store.offsets(self.settings.instance_id)
+        except Exception as exc:  # noqa: BLE001 - serve sync traffic; unanswered async work is resent
+            log.warning("result store unavailable; replies read from their end", error=repr(exc))
+            saved = {}
         starts: dict[TopicPartition, int | Edge] = {}
         for tp, end in ends.items():
             at = saved.get((tp.topic, tp.partition))

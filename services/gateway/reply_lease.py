@@ -91,6 +91,7 @@ class ReplyLease:
         self.partitions = 0
         self.home: int | None = None
         self.reading: list[int] | None = None  # None: all (no home)
+        self._joined = False
         self._join = self._r.register_script(_JOIN)
         self._renew = self._r.register_script(_RENEW)
         self._leave = self._r.register_script(_LEAVE)
@@ -113,13 +114,24 @@ class ReplyLease:
         return self.reading
 
     async def choose(self, topic: str, partitions: list[int]) -> list[int]:
-        """The Follower's partition filter: join on first use, then what `renew` says."""
+        """The Follower's partition filter: join on first use, then what `renew` says. Redis
+        down at start: read everything (no home, no reply_to) and join when it answers."""
         if not self.partitions:
-            await self.join(len(partitions))
-            await self.renew()
+            self.partitions = len(partitions)
+            await self._try_join()
         if self.reading is None:
             return partitions
         return [p for p in self.reading if p in partitions]
+
+    async def _try_join(self) -> bool:
+        try:
+            await self.join(self.partitions)
+            await self.renew()
+            self._joined = True
+        except Exception as exc:  # noqa: BLE001 - the reader must start anyway
+            log.warning("reply lease unavailable; reading every partition", error=repr(exc))
+            self.home, self.reading, self._joined = None, None, False
+        return self._joined
 
     async def run(self, stop: asyncio.Event, on_change: Callable[[], None] | None = None) -> None:
         """Renew every ttl/3 until `stop`; `on_change()` when the set to read changed."""
@@ -131,6 +143,10 @@ class ReplyLease:
             if stop.is_set() or not self.partitions:
                 continue
             before = self.reading
+            if not self._joined:
+                if await self._try_join() and on_change is not None:
+                    on_change()
+                continue
             try:
                 after = await self.renew()
             except Exception as exc:  # noqa: BLE001 - Redis down: keep reading what we read

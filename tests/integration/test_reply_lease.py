@@ -34,7 +34,9 @@ async def leases(redis_url: str) -> AsyncIterator[list[ReplyLease]]:
         await lease._r.aclose()
 
 
-async def test_one_replica_reads_every_partition_and_each_new_one_takes_its_own(leases: list[ReplyLease]) -> None:
+async def test_one_replica_reads_every_partition_and_each_new_one_takes_its_own(
+    leases: list[ReplyLease],
+) -> None:
     a, b, c = leases[:3]
     assert await a.choose("sy.responses", [0, 1, 2, 3]) == [0, 1, 2, 3]  # home 0, adopts the rest
     assert a.home == 0 and a.reply_to("sy.responses") == "sy.responses:0"
@@ -60,7 +62,9 @@ async def test_a_dead_replicas_partition_is_adopted_once_its_lease_runs_out(leas
     assert await a.renew() == [0, 2, 3]
 
 
-async def test_a_clean_stop_hands_its_partitions_over_at_once(leases: list[ReplyLease], redis_url: str) -> None:
+async def test_a_clean_stop_hands_its_partitions_over_at_once(
+    leases: list[ReplyLease], redis_url: str
+) -> None:
     a, b = leases[:2]
     await a.choose("sy.responses", [0, 1, 2, 3])
     await b.choose("sy.responses", [0, 1, 2, 3])
@@ -68,7 +72,9 @@ async def test_a_clean_stop_hands_its_partitions_over_at_once(leases: list[Reply
     assert await b.renew() == [0, 1, 2, 3]
 
 
-async def test_replicas_beyond_the_partitions_read_everything_and_name_no_partition(leases: list[ReplyLease]) -> None:
+async def test_replicas_beyond_the_partitions_read_everything_and_name_no_partition(
+    leases: list[ReplyLease],
+) -> None:
     for lease in leases[:2]:
         await lease.choose("sy.responses", [0, 1])
     extra = leases[2]
@@ -111,6 +117,18 @@ def test_a_reply_goes_to_the_partition_reply_to_names_and_nothing_else_does() ->
     env = Envelope(request_id="r1", tenant="acme", reply_to="sy.responses:3")
     assert out_record(Emit("sy.responses", env), "sy.responses").partition == 3
     assert out_record(Emit("sy.routing", env), "sy.responses").partition is None  # not a reply
-    assert out_record(Emit("sy.responses", Envelope(request_id="r2", tenant="acme")), "sy.responses").partition is None
+    assert (
+        out_record(Emit("sy.responses", Envelope(request_id="r2", tenant="acme")), "sy.responses").partition
+        is None
+    )
     # An explicit partition (adapter affinity) wins.
     assert out_record(Emit("sy.responses", env, partition=1), "sy.responses").partition == 1
+
+
+async def test_a_redis_that_is_down_at_start_means_reading_everything_until_it_answers() -> None:
+    from shared.runtime.procs import free_port
+
+    lease = ReplyLease(f"redis://127.0.0.1:{free_port()}/0", "gw-x", ttl_s=0.6)
+    assert await lease.choose("sy.responses", [0, 1, 2]) == [0, 1, 2]
+    assert lease.home is None and lease.reply_to("sy.responses") == ""
+    await lease.close()
