@@ -83,7 +83,10 @@ def test_profile_from_another_directory_fills_every_chart_and_each_stack_matches
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "as tenant tenant-a (key sk-" in proc.stdout and "load closed loop, 2 in flight" in proc.stdout
+    assert (
+        "as tenant tenant-a (key sk… (4 chars)" in proc.stdout
+        and "load closed loop, 2 in flight" in proc.stdout
+    )
     assert not any(elsewhere.iterdir())  # the report goes beside the stack, not into the cwd
     out = stack.var_dir / "profile"
     a = json.loads((out / "analysis.json").read_text())

@@ -51,8 +51,8 @@ def _stage_colors(plt: Any, pools: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot_stages(plt: Any, run: dict[str, Any], a: dict[str, Any]) -> Chart:
-    """Per pool, its own stack: stage medians (checked against the pool's e2e median, the black
-    tick) and the slowest 1%'s mean per stage (against the pool's p99, the red tick)."""
+    """Per pool, its own stacks: its median requests' breakdown (checked against the pool's
+    measured e2e median, the black tick) and the slowest 1%'s (beside the measured p99, red)."""
     pools = {k: p for k, p in a["pools"].items() if p["with_breakdown"]}
     if not pools:
         return Chart(reason=no_requests(run) if not a["completed"] else "no reply carried a breakdown")
@@ -70,15 +70,17 @@ def plot_stages(plt: Any, run: dict[str, Any], a: dict[str, Any]) -> Chart:
                 left += v
             ax.plot([mark, mark], [i - 0.45, i + 0.45], color="black" if i == 0 else "red", lw=2)
         c = p["check"]
-        ax.set_yticks([0, 1], ["p50 (medians)", f"slowest 1% ({p['slowest_1pct_n']}, means)"])
+        ax.set_yticks(
+            [0, 1], [f"median requests ({p['p50_band']['n']})", f"slowest 1% ({p['slowest_1pct_n']})"]
+        )
         ax.set_title(
-            f"{name}: {p['requests']} requests; medians sum to {c['stack_ms']:.0f} ms, measured e2e "
+            f"{name}: {p['requests']} requests; stack {c['stack_ms']:.0f} ms, measured e2e "
             f"median {c['e2e_p50_ms']:.0f} ms ({c['diff_pct']:+.0f}%)",
             fontsize=9,
             color="black" if c["within_tolerance"] else "red",
         )
         ax.invert_yaxis()
-    axes[-1, 0].set_xlabel("ms (black tick: measured e2e median; red tick: measured p99)")
+    axes[-1, 0].set_xlabel("ms, mean per stage (black tick: measured e2e median; red tick: measured p99)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
     fig.legend(
         handles,
@@ -142,7 +144,10 @@ def _per_second(run: dict[str, Any], ok: list[dict[str, Any]], value: Any) -> di
     last = int(span) if span - int(span) >= 0.5 else int(span) - 1
     bins: dict[int, list[float]] = defaultdict(lambda: [0, 0])
     for r in ok:
-        b = bins[min(int(r["end"] - t0), max(last, 0))]
+        second = int(r["end"] - t0)
+        if second > last >= 0:
+            continue
+        b = bins[second]
         b[0] += 1
         b[1] += value(r)
     return bins
@@ -204,10 +209,10 @@ def plot_lag(plt: Any, run: dict[str, Any]) -> Chart:
     for _k, pts in sorted(waiting.items()):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "--", label="vLLM engine queue", lw=1)
     ax.set_title("Consumer lag (records) and engine queue (requests) over time")
-    ax.set_ylim(bottom=0)
+    peak = max((v for pts in lag.values() for _, v in pts), default=0)
+    ax.set_ylim(0, max(1.0, 1.1 * peak))
     ax.set_xlabel("s into the run")
     ax.legend(fontsize=6, ncol=2)
-    peak = max((v for pts in lag.values() for _, v in pts), default=0)
     return Chart(png=_png(fig), note=None if peak else "lag stayed 0 on every consumer: no stage fell behind")
 
 
@@ -229,7 +234,7 @@ def plot_cache(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> Chart
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.bar(xs, misses, color="tab:blue", label="answered by a pool")
     ax.bar(xs, hits, bottom=misses, color="tab:green", label="answered from the cache")
-    total = sum(hits)
+    total = sum(map(is_hit, ok))
     ax.set_title(f"Cache: replies per second ({total} hits of {len(ok)}, {total / len(ok):.1%})")
     ax.set_xlabel("s into the run")
     ax.legend(fontsize=7)
@@ -260,7 +265,12 @@ def plot_adapters(plt: Any, run: dict[str, Any], ok: list[dict[str, Any]]) -> Ch
         ax.step(ends, list(range(1, len(ends) + 1)), where="post", label=f"{name} ({len(ends)})")
     if loads:
         ax.step(
-            loads, list(range(1, len(loads) + 1)), where="post", color="red", label=f"loads ({len(loads)})"
+            loads,
+            list(range(1, len(loads) + 1)),
+            "o-",
+            where="post",
+            color="red",
+            label=f"loads ({len(loads)})",
         )
     ax.set_title("Adapter requests and adapter loads (red), cumulative")
     ax.set_xlabel("s into the run")

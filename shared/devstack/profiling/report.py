@@ -121,8 +121,8 @@ def _tables(a: dict[str, Any]) -> str:
 <table id="critical-path"><tr><th>stage</th><th>ms per request</th><th>share of time</th><th>share of requests</th>
 <th>ms when on the path</th></tr>{path}</table>
 <p class="note">"{OUTSIDE}": what the client measured beyond the reply's breakdown rows (HTTP, streaming).</p>
-<h2>Per pool: stage medians against the measured median</h2>
-<table id="pool-stacks"><tr><th>pool</th><th>requests</th><th>sum of stage medians ms</th><th>measured e2e p50 ms</th>
+<h2>Per pool: the median requests' stack against the measured median</h2>
+<table id="pool-stacks"><tr><th>pool</th><th>requests</th><th>median requests' stack ms</th><th>measured e2e p50 ms</th>
 <th>difference</th><th>measured e2e p99 ms</th></tr>{pools}</table>
 <h2>Stages, over the requests that went through each</h2>
 <table id="stages"><tr><th>stage</th><th>requests</th><th>p50 ms</th><th>p99 ms</th><th>mean ms</th></tr>{stages}</table>"""
