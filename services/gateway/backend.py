@@ -14,6 +14,7 @@ from shared.runtime.telemetry import get_logger
 from .limits import Slots
 from .replies import ReplyRouter
 from .requests.store import ResultStore
+from .rollouts.claims import RolloutClaims
 from .rollouts.store import RolloutStore
 
 log = get_logger(__name__)
@@ -45,6 +46,8 @@ class Backend:
     prepare: Callable[[Envelope, str], Awaitable[str | None]] | None = None
     # The rollout store the sy.rewards reader fills; None: the routes open their own (no long poll wake-ups).
     rollouts: RolloutStore | None = None
+    # Rollout ids shared by the replicas (Redis; None: this replica alone decides).
+    rollout_claims: RolloutClaims | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
     # shutdown waits for them before the reply reader stops.
     in_flight: Slots = field(init=False)

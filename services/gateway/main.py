@@ -20,6 +20,7 @@ from .replies import ReplyRouter
 from .reply_lease import ReplyLease
 from .requests.resubmit import Resubmitter
 from .requests.store import open_result_store
+from .rollouts.claims import RolloutClaims
 from .rollouts.follow import RewardsReader
 from .rollouts.store import RolloutStore, store_path
 
@@ -43,6 +44,11 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
     rewards = RewardsReader(settings, rollouts)
+    claims = (
+        RolloutClaims(settings.gateway_state_url, settings.rollout_quota_window_s)
+        if settings.gateway_state_url
+        else None
+    )
     peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
     preparer = TextPreparer(settings) if settings.gateway_prepare_text else None
     if preparer is not None:
@@ -57,6 +63,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         list_adapters=registry.list_visible,
         draining=lambda: health.draining,
         rollouts=rollouts,
+        rollout_claims=claims,
         peek=peek,
         prepare=preparer.prepare if preparer is not None else None,
     )
@@ -71,6 +78,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         on_stop=[
             store.close,
             *([lease.close] if lease is not None else []),
+            *([claims.close] if claims is not None else []),
             *([peek.close] if peek is not None else []),
         ],
     )

@@ -68,6 +68,7 @@ class RolloutServing:
             "version": f"{ref.name}@{ref.version}" if ref.name else env.model,
         }
         env.policy_version = policy["version"]
+        await self._adopt(tenant, rollout_id)  # accepted on another replica: a retry of that job
         if not store.exists(tenant, rollout_id):  # a retry spends no tokens twice
             await self.gate.admission.tokens(tenant, rollout_cost(body))
         # The quota check and the accept with no await between (one event loop per replica).
@@ -83,19 +84,36 @@ class RolloutServing:
                 None,
                 headers={"Retry-After": "5"},
             )
+        claims = self.backend.rollout_claims
         if store.accept(env, policy):
+            if claims is not None and not await claims.claim(env, policy):
+                store.forget(tenant, rollout_id)  # another replica took the id meanwhile: its job
+                await self._adopt(tenant, rollout_id)
+                return store.get(tenant, rollout_id, with_samples=False) or {}
             try:
                 await self.backend.submit(env, None)
             except Exception:
                 store.forget(tenant, rollout_id)
+                if claims is not None:
+                    await claims.release(tenant, rollout_id)
                 raise
             log.info("rollout accepted", rollout_id=rollout_id, groups=len(body.prompts), n=body.n)
         return store.get(tenant, rollout_id, with_samples=False) or {}
+
+    async def _adopt(self, tenant: str, rollout_id: str) -> None:
+        """Copy a rollout another replica accepted into this replica's store (claims.py)."""
+        claims = self.backend.rollout_claims
+        if claims is None or self.store.exists(tenant, rollout_id):
+            return
+        found = await claims.find(tenant, rollout_id)
+        if found is not None:
+            self.store.accept(*found)
 
     async def get(self, tenant: str, rollout_id: str, samples: bool, wait: float) -> dict[str, Any]:
         """`wait`: long poll; the answer comes when the rollout completed or failed, or after `wait`
         seconds with the status as it is then."""
         store = self.store
+        await self._adopt(tenant, rollout_id)
         if wait > 0:
             found = await store.wait_done(tenant, rollout_id, wait)
             if found is not None and samples:
