@@ -59,6 +59,7 @@ def test_each_pool_is_stacked_apart_and_checked_against_its_own_median() -> None
     vllm, triton = a["pools"]["vllm"], a["pools"]["triton"]
     assert "triton_worker" not in vllm["p50_stack_ms"] and "vllm_worker" not in triton["p50_stack_ms"]
     assert list(vllm["p50_stack_ms"])[-1] == OUTSIDE  # the client's time beyond the breakdown, last
+    assert vllm["p50_stack_ms"][OUTSIDE] == 1.0 and vllm["stage_p50_ms"]["cache"] == 27.0
     for p in (vllm, triton):
         c = p["check"]
         assert c["within_tolerance"] and abs(c["stack_ms"] - c["e2e_p50_ms"]) <= 0.1 * c["e2e_p50_ms"], c
@@ -271,3 +272,15 @@ def test_engine_trace_summary_ranks_self_time_and_counts_syncs(tmp_path: Path) -
     assert (out / "engine-trace" / path.name).is_file() and a["engine_trace"]["top"]
     assert a["engine_trace"]["files"] == [path.name] and f'href="engine-trace/{table.name}"' in html
     assert a["engine_trace"]["missing"] == [str(tmp_path / "gone.json")] and "not found here" in html
+
+
+def test_per_second_charts_leave_out_a_last_part_second() -> None:
+    """A run that ends 0.2 s into its fifth second: that second's few requests would read as a
+    collapse of throughput."""
+    from shared.devstack.profiling.plots import _per_second
+
+    run = run_of([request(t, "vllm", 20.0) for t in (100.5, 103.5, 104.1)])
+    run["finished"] = 104.2
+    assert sorted(_per_second(run, run["requests"], lambda r: 1)) == [0, 3]
+    run["finished"] = 104.6  # more than half of it: kept
+    assert sorted(_per_second(run, run["requests"], lambda r: 1)) == [0, 3, 4]
