@@ -84,7 +84,8 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     n = 60 if quick else 300
     var = var_dir(out, "replies-var")
     results: dict[str, Any] = {}
-    with pipeline(sy_tiny(), var) as stack:
+    # Four partitions per topic (the embedded broker's default is one): room for 3 reply homes.
+    with pipeline(sy_tiny(), var, SY_TOPIC_PARTITIONS="4") as stack:
         first = stack.url.rsplit("/v1", 1)[0]
         await load([first], 8)  # warm-up
         results["one_replica"] = await measure([first], n)

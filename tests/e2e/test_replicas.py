@@ -40,6 +40,7 @@ def stack(
     p = Pipeline(
         tmp_path_factory.mktemp("rep"),
         SY_CACHE_ENABLED="true",
+        SY_TOPIC_PARTITIONS="4",  # `switchyard up` makes one per topic: replicas need more
         SY_GATEWAY_RATE_LIMITS=json.dumps({"tenant-b": RATE_B}),
         SY_GATEWAY_RATE_BURST_S="2",
         SY_GATEWAY_RESUBMIT_AFTER_S="30",
@@ -51,11 +52,9 @@ def stack(
         assert p.endpoints["redis"].startswith("redis://"), "the launcher started no Redis"
         for service in ("gateway", "preprocess", "cache", "vllm_worker"):
             replicas[service] = Replica(p.endpoints, p.var_dir, service)
-        # A gateway is ready once its reply reader reads; a stage replica once the group gave it
-        # partitions (or, on a loaded host, at least once it is alive: the group settles later).
-        replicas["gateway"].wait_ready()
-        for name in ("preprocess", "cache", "vllm_worker"):
-            replicas[name].wait_alive()
+        # Ready: a gateway's reply reader reads; a stage replica has partitions of its group.
+        for r in replicas.values():
+            r.wait_ready()
         # Warm both gateways: the first request also waits for the consumer groups to settle.
         for base in (p.base_url, replicas["gateway"].url + "/v1"):
             httpx.post(
