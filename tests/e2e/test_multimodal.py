@@ -123,26 +123,31 @@ def _audio_part(data: bytes, fmt: str) -> dict:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
 
 
-def test_audio_chat_is_answered_by_the_multimodal_pool(vlm: Pipeline) -> None:
+def test_audio_chat_is_answered_by_the_multimodal_pool(vlm: Pipeline, model_dir: Path) -> None:
     """sy-vlm's audio encoder was trained (shared/devstack/models/audio.py) to count beeps and name
     a tone's pitch band: a 16 kHz WAV with 3 beeps answers `3`, an MP3 of a high tone `high`, and a
     96 kHz stereo WAV with 2 beeps `2` — the samples went all the way, resampled and mixed down by
-    preprocess, fetched by the worker, encoded and injected by the model."""
+    preprocess, fetched by the worker, encoded and injected by the model. The model is not perfect
+    (held-out beep accuracy in its config.json, 0.8 at this writing): the served answers over ten
+    more random clips must be about as right as that figure says."""
     import numpy as np
 
     from shared.devstack.models import audio
 
     client = openai.OpenAI(base_url=vlm.base_url, api_key="sk-a", max_retries=2, timeout=180)
-    rng = np.random.default_rng(2024)
-    beeps = audio.beeps_clip(3, rng, seconds=2.0)  # 32000 samples: 50 audio tokens
 
-    def ask(part: dict, question: str = "How many beeps?") -> openai.types.chat.ChatCompletion:
+    def ask(part: dict, question: str = "How many beeps?") -> str:
         content = [{"type": "text", "text": question}, part]
-        return client.chat.completions.create(
+        r = client.chat.completions.create(
             model="sy-vlm", max_tokens=6, temperature=0, messages=[{"role": "user", "content": content}]
         )
+        return (r.choices[0].message.content or "").strip()
 
-    r = ask(_audio_part(_clip(beeps), "wav"))
+    beeps = audio.beeps_clip(3, np.random.default_rng(0), seconds=2.0)  # 32000 samples: 50 audio tokens
+    content = [{"type": "text", "text": "How many beeps?"}, _audio_part(_clip(beeps), "wav")]
+    r = client.chat.completions.create(
+        model="sy-vlm", max_tokens=6, temperature=0, messages=[{"role": "user", "content": content}]
+    )
     extra = r.model_extra["switchyard"]
     assert (r.choices[0].message.content or "").strip() == "3" and extra["pool"] == "triton"
     media = {row["stage"]: row for row in extra["breakdown"]}["media"]
@@ -152,14 +157,19 @@ def test_audio_chat_is_answered_by_the_multimodal_pool(vlm: Pipeline) -> None:
         messages=[{"role": "user", "content": [{"type": "text", "text": "How many beeps?"}]}],
     )  # fmt: skip
     assert r.usage.prompt_tokens == plain.usage.prompt_tokens + 50
-    high = audio.pitch_clip("high", rng, seconds=1.0)
-    mp3 = ask(_audio_part(_clip(high, 16000, "MP3", "MPEG_LAYER_III"), "mp3"),
-              "Is the tone low, mid or high?")  # fmt: skip
-    assert (mp3.choices[0].message.content or "").strip() == "high", mp3.choices[0].message.content
-    two = audio.beeps_clip(2, rng, seconds=1.5)
+    high = audio.pitch_clip("high", np.random.default_rng(200), seconds=1.0)
+    mp3 = _audio_part(_clip(high, 16000, "MP3", "MPEG_LAYER_III"), "mp3")
+    assert ask(mp3, "Is the tone low, mid or high?") == "high"
+    two = audio.beeps_clip(2, np.random.default_rng(100), seconds=1.5)
     up = np.interp(np.arange(int(1.5 * 96000)) / 6, np.arange(len(two)), two).astype(np.float32)
-    stereo = ask(_audio_part(_clip(up, 96000, channels=2), "wav"))
-    assert (stereo.choices[0].message.content or "").strip() == "2", stereo.choices[0].message.content
+    assert ask(_audio_part(_clip(up, 96000, channels=2), "wav")) == "2"
+    config = json.loads((model_dir.parent / "sy-vlm" / "config.json").read_text())
+    held_out = config["eval_audio_accuracy"]["beeps"]
+    right = 0
+    for i in range(10):
+        n = 1 + i % 5
+        right += ask(_audio_part(_clip(audio.beeps_clip(n, np.random.default_rng(1000 + i))), "wav")) == str(n)
+    assert right >= round(10 * held_out) - 2, (right, held_out)
 
 
 def test_bad_audio_gets_its_own_4xx_not_no_pool(vlm: Pipeline) -> None:
