@@ -63,7 +63,9 @@ class ModelCatalog:
                     )
                 same = next((m for m in self._models.values() if m.weights == path), None)
                 if same is not None:  # e.g. sy-tiny-bf16 shares sy-tiny's tokenizer
-                    self._models[name] = TextModel(name, path, same.tokenizer, same.max_len, same.vision, same.audio)
+                    self._models[name] = TextModel(
+                        name, path, same.tokenizer, same.max_len, same.vision, same.audio
+                    )
                 else:
                     self._models[name] = await asyncio.to_thread(self._load, name, path)
         return self._models[name]

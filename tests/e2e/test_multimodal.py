@@ -168,7 +168,9 @@ def test_audio_chat_is_answered_by_the_multimodal_pool(vlm: Pipeline, model_dir:
     right = 0
     for i in range(10):
         n = 1 + i % 5
-        right += ask(_audio_part(_clip(audio.beeps_clip(n, np.random.default_rng(1000 + i))), "wav")) == str(n)
+        right += ask(_audio_part(_clip(audio.beeps_clip(n, np.random.default_rng(1000 + i))), "wav")) == str(
+            n
+        )
     assert right >= round(10 * held_out) - 2, (right, held_out)
 
 

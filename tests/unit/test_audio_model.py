@@ -143,13 +143,17 @@ def test_engine_injects_clip_embeddings_at_their_placeholders(tiny_alm) -> None:
     emb = model.get_input_embeddings()(torch.tensor([prompt])).detach().clone()
     emb[0, 1:26] = tower.embed(torch.from_numpy(beeps))
     with torch.no_grad():
-        ref = model.generate(inputs_embeds=emb, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ref = model.generate(
+            inputs_embeds=emb, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
     assert a == ref[0, -6:].tolist()
     assert a != b  # the clip is listened to
     no_audio = Engine(path, max_batch=1)
     no_audio.audio = None
     with pytest.raises(ValueError, match="takes no audio"):
-        no_audio.submit(GenRequest(prompt_ids=prompt, max_tokens=2, emit=lambda s: None, audio=[beeps], audio_offsets=[1]))
+        no_audio.submit(
+            GenRequest(prompt_ids=prompt, max_tokens=2, emit=lambda s: None, audio=[beeps], audio_offsets=[1])
+        )
 
 
 def _wav(samples: np.ndarray, rate: int = 16000, subtype: str = "PCM_16", channels: int = 1) -> bytes:

@@ -39,7 +39,10 @@ def stage(tmp_path: Path) -> MediaStage:
     config = {"model_type": "sy_vlm", "audio_config": AUDIO, "text_config": {"max_position_embeddings": 512}}
     (d / "config.json").write_text(json.dumps(config))
     s = Settings(
-        models_dir=tmp_path / "models", storage_dir=tmp_path / "objects", var_dir=tmp_path / "var", pools=POOLS
+        models_dir=tmp_path / "models",
+        storage_dir=tmp_path / "objects",
+        var_dir=tmp_path / "var",
+        pools=POOLS,
     )
     return MediaStage(s, LocalStore(s.object_dir))
 
@@ -48,7 +51,9 @@ def request(data: bytes | str, fmt: str, model: str = "alm-test") -> Envelope:
     b64 = data if isinstance(data, str) else mf.b64(data)
     part = ContentPart(type="input_audio", input_audio=InputAudio(data=b64, format=fmt))
     msg = ChatMessage(role="user", parts=[ContentPart(type="text", text="How many beeps?"), part])
-    return Envelope(request_id="r", tenant="acme", kind=Kind.KIND_CHAT, model=model, request=Request(messages=[msg]))
+    return Envelope(
+        request_id="r", tenant="acme", kind=Kind.KIND_CHAT, model=model, request=Request(messages=[msg])
+    )
 
 
 def wav(samples: np.ndarray, rate: int = 16000, declared_bytes: int | None = None) -> bytes:

@@ -44,15 +44,22 @@ def test_the_stream_mixes_formats_by_share_and_keeps_the_same_examples(tok) -> N
     assert {fmt for _, fmt in chat_only} == {"chat"}
     assert [e for e, _ in mixed] == [e for e, _ in chat_only]  # the share does not change the examples
     held_out = {mixed[0][0].prompt}
-    assert all(e.prompt not in held_out for e, _ in itertools.islice(training._stream(weights, 0, held_out, 0.3), 500))
+    assert all(
+        e.prompt not in held_out
+        for e, _ in itertools.islice(training._stream(weights, 0, held_out, 0.3), 500)
+    )
 
 
 def test_packed_rows_train_only_the_answers_of_both_formats(tok) -> None:
-    pairs = [(tasks.sample("copy", random.Random(i)), fmt) for i, fmt in enumerate(["chat", "completion"] * 4)]
+    pairs = [
+        (tasks.sample("copy", random.Random(i)), fmt) for i, fmt in enumerate(["chat", "completion"] * 4)
+    ]
     batch = next(training._packed_batches(tok, iter(pairs), rows=1, width=64))
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
-    trained = [i for i, l in zip(ids, labels, strict=True) if l != -100]
-    answers = [t for e, fmt in pairs for t in training._encode(tok, e, fmt)[0][training._encode(tok, e, fmt)[1] :]]
+    trained = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
+    answers = [
+        t for e, fmt in pairs for t in training._encode(tok, e, fmt)[0][training._encode(tok, e, fmt)[1] :]
+    ]
     assert trained == answers[: len(trained)] and trained
 
 
@@ -62,4 +69,6 @@ def test_recipe_default_is_by_steps_and_trains_both_formats() -> None:
     assert r["train"]["completion_share"] == 0.3
     with pytest.raises(ValueError, match="completion_share"):
         build.make_recipe(None, 10, 0, train={"completion_share": 1.5})
-    assert build.recipe_hash(r) != build.recipe_hash(build.make_recipe(None, 1000, 0, train={"completion_share": 0.0}))
+    assert build.recipe_hash(r) != build.recipe_hash(
+        build.make_recipe(None, 1000, 0, train={"completion_share": 0.0})
+    )

@@ -104,7 +104,15 @@ def sample(rng: np.random.Generator) -> tuple[str, str, np.ndarray, str]:
 
 def audio_module() -> Any:
     """deploy/triton/models/sy-tiny/1/audio_tower.py: the one definition of the encoder's forward."""
-    path = Path(__file__).resolve().parents[3] / "deploy" / "triton" / "models" / "sy-tiny" / "1" / "audio_tower.py"
+    path = (
+        Path(__file__).resolve().parents[3]
+        / "deploy"
+        / "triton"
+        / "models"
+        / "sy-tiny"
+        / "1"
+        / "audio_tower.py"
+    )
     spec = importlib.util.spec_from_file_location("sy_audio_tower", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -320,7 +320,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=DEFAULT_NAME, help="model name, the directory under --models-dir")
     p.add_argument("--models-dir", type=Path, default=Path("var/models"))
     p.add_argument("--minutes", type=float, default=None, help="also stop after this much wall clock")
-    p.add_argument("--max-steps", type=int, default=DEFAULT_STEPS, help="training steps (0: by --minutes only)")
+    p.add_argument(
+        "--max-steps", type=int, default=DEFAULT_STEPS, help="training steps (0: by --minutes only)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="rebuild even when a matching build exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -287,7 +287,9 @@ def _build(base_dir: Path, target: Path, name: str, base: str, digest: str) -> P
         tensors, report = train_projection(base_dir, tensors, VISION, config["image_token_index"])
         config.update(report)
         save_file(tensors, str(tmp / "vision.safetensors"))
-        sound = audio.audio_tensors(audio.AUDIO, int(text["hidden_size"]), seed=int(audio.AUDIO_TRAIN["seed"]))
+        sound = audio.audio_tensors(
+            audio.AUDIO, int(text["hidden_size"]), seed=int(audio.AUDIO_TRAIN["seed"])
+        )
         sound, audio_report = audio.train_audio(base_dir, sound, audio.AUDIO)
         config.update(audio_report)
         save_file(sound, str(tmp / "audio.safetensors"))
