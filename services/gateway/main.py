@@ -16,11 +16,10 @@ from .cache_peek import CachePeek
 from .limits import body_limit
 from .publish import Publisher
 from .reader import ReplyHandler, ReplyReader
+from .replica_state import open_replica_state
 from .replies import ReplyRouter
-from .reply_lease import ReplyLease
 from .requests.resubmit import Resubmitter
 from .requests.store import open_result_store
-from .rollouts.claims import RolloutClaims
 from .rollouts.follow import RewardsReader
 from .rollouts.store import RolloutStore, store_path
 
@@ -28,27 +27,13 @@ from .rollouts.store import RolloutStore, store_path
 async def build(settings: Settings, producer: Producer, health: Health) -> Service:
     replies = ReplyRouter()
     store = open_result_store(settings)
-    # Replies come to this replica's own partition when the replicas share a Redis (reply_lease.py).
-    lease = (
-        ReplyLease(settings.gateway_state_url, settings.instance_id) if settings.gateway_state_url else None
-    )
-    reader = ReplyReader(settings, ReplyHandler(settings, replies, store), lease)
-    responses = settings.topic("responses")
-    publisher = Publisher(
-        settings,
-        producer,
-        wake=reader.follower.wake,
-        reply_to=(lambda: lease.reply_to(responses)) if lease is not None else (lambda: ""),
-    )
+    shared = open_replica_state(settings)
+    reader = ReplyReader(settings, ReplyHandler(settings, replies, store), shared.lease)
+    publisher = Publisher(settings, producer, wake=reader.follower.wake, reply_to=shared.reply_to)
     resubmitter = Resubmitter(settings, store, publisher.submit, reader.ready.is_set)
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
     rewards = RewardsReader(settings, rollouts)
-    claims = (
-        RolloutClaims(settings.gateway_state_url, settings.rollout_quota_window_s)
-        if settings.gateway_state_url
-        else None
-    )
     peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
     preparer = TextPreparer(settings) if settings.gateway_prepare_text else None
     if preparer is not None:
@@ -63,24 +48,18 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         list_adapters=registry.list_visible,
         draining=lambda: health.draining,
         rollouts=rollouts,
-        rollout_claims=claims,
+        rollout_claims=shared.claims,
         peek=peek,
         prepare=preparer.prepare if preparer is not None else None,
     )
     health.add_check("reply_reader", reader.ready.is_set)
     app = body_limit(create_app(backend), settings.gateway_max_body_bytes)
-
     return Service(
         [],
         background=[reader.run, resubmitter.run, rewards.run],
         app=app,
         on_drain=[backend.open_requests_answered],
-        on_stop=[
-            store.close,
-            *([lease.close] if lease is not None else []),
-            *([claims.close] if claims is not None else []),
-            *([peek.close] if peek is not None else []),
-        ],
+        on_stop=[store.close, *shared.closers, *([peek.close] if peek is not None else [])],
     )
 
 

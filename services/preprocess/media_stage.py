@@ -26,16 +26,15 @@ from shared.runtime.envelope import ContentPart, Envelope, ErrorCode, Rejected
 from shared.runtime.storage import ObjectNotFound, ObjectStore, validate_key
 from shared.runtime.telemetry import add_timing, get_logger
 
+from .audio import NormalAudio, normalize_audio
 from .families import ModelMedia, audio_tokens, model_media
 from .media import (
     IMAGE_MIMES,
     MediaError,
-    NormalAudio,
     NormalImage,
     TargetSize,
     b64decode,
     image_header_size,
-    normalize_audio,
     normalize_image,
     parse_data_url,
     refuse,

@@ -201,11 +201,7 @@ class Producer:
         """Hand a record to the client's batcher; the returned future resolves on the broker's ack."""
         headers = [(k, v) for k, v in r.headers if k != SENT_NS_HEADER]
         headers.append((SENT_NS_HEADER, str(time.time_ns()).encode()))
-        partition = r.partition
-        if partition is not None:
-            known = self._p.client.cluster.partitions_for_topic(r.topic)
-            if known is not None and partition not in known:
-                partition = None  # a reply_to naming a partition the topic lacks: by key
+        partition = await self._known_partition(r.topic, r.partition)
         try:
             fut = await self._p.send(r.topic, r.value, key=r.key, headers=headers, partition=partition)
         except Exception:
@@ -218,6 +214,19 @@ class Producer:
         PRODUCED.labels(r.topic).inc()
         fut.add_done_callback(self._acked)
         return fut
+
+    async def _known_partition(self, topic: str, partition: int | None) -> int | None:
+        """The partition to produce to: one the cached metadata lacks is looked up again first
+        (a restarted broker's re-created topic can have it), and one the topic still lacks after
+        that (a reply_to naming a partition that does not exist) gives way to the key."""
+        if partition is None:
+            return None
+        known = self._p.client.cluster.partitions_for_topic(topic)
+        if known is None or partition in known:
+            return partition
+        await self._p.client.force_metadata_update()
+        known = self._p.client.cluster.partitions_for_topic(topic)
+        return partition if known is None or partition in known else None
 
     def _acked(self, fut: asyncio.Future[object]) -> None:
         if fut.cancelled() or fut.exception() is not None:

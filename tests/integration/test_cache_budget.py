@@ -23,7 +23,7 @@ from services.cache.shadow import Checks
 from services.cache.store import CacheStore
 from services.gateway.reader import ReplyHandler
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from shared.devstack.embedded.milvus import EmbeddedMilvus
 from shared.runtime.bus import JOB_HEADER, header
 from shared.runtime.config import load_settings

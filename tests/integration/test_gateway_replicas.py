@@ -16,7 +16,7 @@ import pytest
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import RedisResultStore
+from services.gateway.requests.redis_store import RedisResultStore
 from services.gateway.rollouts.claims import RolloutClaims
 from services.gateway.rollouts.store import RolloutStore
 from shared.runtime.config import Settings
@@ -43,7 +43,9 @@ class Recorder:
 
 @asynccontextmanager
 async def replica(tmp_path: Path, name: str, url: str, pipe: Recorder) -> AsyncIterator[httpx.AsyncClient]:
-    s = Settings(var_dir=tmp_path / name, api_keys={"sk-a": "tenant-a", "sk-b": "tenant-b"}, gateway_state_url=url)
+    s = Settings(
+        var_dir=tmp_path / name, api_keys={"sk-a": "tenant-a", "sk-b": "tenant-b"}, gateway_state_url=url
+    )
     store, claims = RedisResultStore(url), RolloutClaims(url, 3600)
     backend = Backend(
         settings=s,
@@ -55,7 +57,9 @@ async def replica(tmp_path: Path, name: str, url: str, pipe: Recorder) -> AsyncI
         rollout_claims=claims,
     )
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(create_app(backend)), base_url="http://gw") as c:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(create_app(backend)), base_url="http://gw"
+        ) as c:
             yield c
     finally:
         await store.close()
@@ -99,9 +103,14 @@ async def test_a_rollout_accepted_on_one_replica_is_found_and_retried_on_the_oth
         assert other.status_code == 202 and len(pipe.submitted) == 2
 
 
-async def test_an_async_request_and_its_key_are_the_same_on_both_replicas(tmp_path: Path, redis_url: str) -> None:
+async def test_an_async_request_and_its_key_are_the_same_on_both_replicas(
+    tmp_path: Path, redis_url: str
+) -> None:
     pipe = Recorder()
-    body = {"request_id": "inv-7", "body": {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}]}}
+    body = {
+        "request_id": "inv-7",
+        "body": {"model": "sy-tiny", "messages": [{"role": "user", "content": "hi"}]},
+    }
     async with replica(tmp_path, "a", redis_url, pipe) as ga, replica(tmp_path, "b", redis_url, pipe) as gb:
         first = await ga.post("/v1/requests", json=body, headers=A)
         assert first.status_code == 202, first.text

@@ -14,13 +14,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from services.gateway.requests.store import (
-    QueueFull,
-    RedisResultStore,
-    ResultStore,
-    SqliteResultStore,
-    Stale,
-)
+from services.gateway.requests.redis_store import RedisResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
+from services.gateway.requests.store import QueueFull, ResultStore, Stale
 from tests.helpers.redis import redis_server
 
 CHAT = "/v1/chat/completions"

@@ -23,7 +23,7 @@ from services.cache.keys import cache_key
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope
 from shared.runtime.telemetry import add_timing

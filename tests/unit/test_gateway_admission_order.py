@@ -13,7 +13,7 @@ import pytest
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from services.gateway.rollouts.store import RolloutStore
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.models import protocol as models_protocol
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from services.gateway.rollouts.protocol import Rollout
 from services.gateway.rollouts.store import RolloutStore
 from shared.batches.store import BatchObject, BatchStore, new_batch_id

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from shared.prepare import INLINE_CHARS, TextPreparer
 from shared.runtime.config import Settings
 from shared.runtime.envelope import Envelope

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from shared.devstack.models.tokenizer import SPECIAL_TOKENS, save_tokenizer
 from shared.generation.engine_io import prompt_token_ids
 from shared.openai.format import to_envelope

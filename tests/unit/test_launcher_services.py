@@ -79,6 +79,29 @@ def test_celery_gets_the_embedded_redis_unless_the_user_named_a_broker(tmp_path:
     )
 
 
+def test_gateways_share_state_and_limits_in_the_embedded_redis_unless_the_user_named_one(
+    tmp_path: Path,
+) -> None:
+    """Issue 37: replicas started by `switchyard up` (or beside it) count limits and keep async
+    requests in one Redis, database 1 (Celery has database 0)."""
+    from shared.devstack.wiring import Stack, child_env
+
+    stack = Stack(
+        Settings(var_dir=tmp_path),
+        "gateway",
+        8000,
+        "127.0.0.1:9092",
+        True,
+        redis_url="redis://127.0.0.1:6379/0",
+    )
+    env = child_env(stack, base={})
+    assert env["SY_GATEWAY_STATE_URL"] == env["SY_LIMITS_STORAGE_URI"] == "redis://127.0.0.1:6379/1"
+    mine = child_env(stack, base={"SY_LIMITS_STORAGE_URI": "redis://prod:6379/3"})
+    assert mine["SY_LIMITS_STORAGE_URI"] == "redis://prod:6379/3"
+    none = child_env(Stack(Settings(var_dir=tmp_path), "gateway", 8000, "127.0.0.1:9092", True), base={})
+    assert "SY_GATEWAY_STATE_URL" not in none and "SY_LIMITS_STORAGE_URI" not in none
+
+
 def test_the_launcher_starts_no_redis_where_a_broker_is_named_or_nothing_uses_celery(tmp_path: Path) -> None:
     from shared.devstack.embedded.redis import start_embedded_redis
 

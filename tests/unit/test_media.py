@@ -1,5 +1,5 @@
 """Image and audio normalisation on real files generated here: accepted and normalised, or refused
-with a clear reason (services/preprocess/media.py)."""
+with a clear reason (services/preprocess/media.py and audio.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
+from services.preprocess.audio import normalize_audio
 from services.preprocess.families import VisionRule, default_vision, smart_resize, vision_rule
 from services.preprocess.media import (
-    normalize_audio,
     normalize_image,
     parse_data_url,
     sniff_image,

@@ -25,8 +25,8 @@ from services.cache.keys import entry_id
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.replies import ReplyRouter
-from services.gateway.requests.store import SqliteResultStore
 from services.gateway.requests.serving import async_result
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from services.gateway.rollouts.store import RolloutStore, store_path
 from shared.batches.store import BatchObject, BatchStore, new_batch_id, read_jsonl
 from shared.runtime.config import Settings
@@ -53,7 +53,9 @@ class Pipeline:
         self.submitted.append(Envelope.FromString(env.SerializeToString()))
 
 
-def gateway(tmp_path: Path, pipe: Pipeline, store: SqliteResultStore, rollouts: RolloutStore) -> httpx.AsyncClient:
+def gateway(
+    tmp_path: Path, pipe: Pipeline, store: SqliteResultStore, rollouts: RolloutStore
+) -> httpx.AsyncClient:
     backend = Backend(
         settings=settings(tmp_path),
         submit=pipe.submit,

@@ -18,7 +18,7 @@ from services.batch.lines import envelope_for
 from services.cache.keys import cache_key, sampling_key
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.requests.store import SqliteResultStore
+from services.gateway.requests.sqlite_store import SqliteResultStore
 from services.triton_worker.client import unsupported_options
 from shared.generation.engine_io import sampling_kwargs
 from shared.runtime.config import Settings

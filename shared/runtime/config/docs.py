@@ -13,9 +13,7 @@ from shared.runtime.config.settings import SECTIONS
 
 DOCS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
-_POOLS_DEFAULT = (
-    "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16 + sy-vlm with images and audio, cost 0.5)"
-)
+_POOLS_DEFAULT = "`vllm` (cpu, sy-tiny, LoRA) and `triton` (edge, sy-tiny + sy-tiny-bf16 + sy-vlm with images and audio, cost 0.5)"
 
 _INTRO = """# Configuration
 
