@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from opentelemetry import trace
 from switchyard.v1.events_pb2 import Heartbeat, StreamDelta
 
 from shared.generation.engine import GenerationEngine
@@ -21,6 +22,7 @@ from shared.runtime.bus import OutRecord, Producer, delta_value, reply_partition
 from shared.runtime.config import Settings
 from shared.runtime.consumer import StageConsumer
 from shared.runtime.envelope import Envelope, Rejected, set_error
+from shared.runtime.genai import ModelLabels, annotate
 from shared.runtime.health import Health
 from shared.runtime.service import Service
 from shared.runtime.stage import Emit, envelope_consumer
@@ -120,6 +122,7 @@ class GenerationWorker:
         self.source = settings.topic(f"infer.{engine.pool}")
         self.in_flight = 0
         self.consumer: StageConsumer | None = None
+        self.labels = ModelLabels(m for p in settings.pools for m in p.models)
 
     async def build(self, health: Health) -> Service:
         """Start the engine, then the consumer: the Service a main hands to run_service."""
@@ -148,6 +151,7 @@ class GenerationWorker:
 
     async def handle(self, env: Envelope) -> list[Emit]:
         """One request: refused (an error reply), or generated, streamed and answered."""
+        taken = time.time_ns()
         try:
             if deadline_passed(env):
                 raise deadline_error()
@@ -179,6 +183,8 @@ class GenerationWorker:
         env.response.CopyFrom(acc.response(self.engine.pool))
         env.response.model_version = self.engine.model_version(env.model)
         acc.add_timings(env, finished)
+        self.labels.observe_server(env, taken, acc.first_token_ns, finished, acc.choices[0].token_times)
+        annotate(trace.get_current_span(), env)  # the worker's stage span (shared/runtime/stage.py)
         return [Emit(self.responses, env)]
 
     def heartbeat(self) -> Heartbeat:

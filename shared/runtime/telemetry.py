@@ -236,8 +236,11 @@ def record_span(
 
 
 @contextmanager
-def request_span(name: str, http_headers: Any, start_ns: int, **attributes: str) -> Iterator[trace.Span]:
-    """The root of a request's trace, at the edge that accepted it.
+def request_span(
+    name: str, http_headers: Any, start_ns: int, end_on_exit: bool = True, **attributes: str
+) -> Iterator[trace.Span]:
+    """The root of a request's trace, at the edge that accepted it (`end_on_exit=False`: the
+    caller ends it, at the reply: shared/runtime/genai.py GenAiCall).
 
     Continues the caller's trace when the HTTP request carries a W3C `traceparent`, and keeps its
     sampled flag (the sampler is parent-based): a client that traces its own calls sees ours
@@ -250,6 +253,7 @@ def request_span(name: str, http_headers: Any, start_ns: int, **attributes: str)
         kind=trace.SpanKind.SERVER,
         start_time=start_ns,
         attributes={f"switchyard.{k}": v for k, v in attributes.items()},
+        end_on_exit=end_on_exit,
     ) as span:
         yield span
 

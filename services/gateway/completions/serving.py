@@ -14,6 +14,7 @@ from starlette.datastructures import Headers
 
 from shared.openai.format import pinned_adapter, response_body, to_envelope
 from shared.runtime.envelope import Envelope, ErrorCode, new_request_id
+from shared.runtime.genai import GenAiCall, ModelLabels
 from shared.runtime.telemetry import IN_FLIGHT, STAGE_SECONDS, add_timing, get_logger, request_span
 
 from ..backend import Backend, Peek
@@ -99,6 +100,7 @@ class CompletionServing:
         self.backend, self.gate, self.models, self.settings = backend, gate, models, backend.settings
         self.peeks: set[asyncio.Task[None]] = set()
         self.late_submits: set[asyncio.Future[None]] = set()
+        self.labels = ModelLabels(backend.models)
         in_flight = backend.in_flight
         IN_FLIGHT.labels("gateway").set_function(lambda: in_flight.used(""))
 
@@ -146,26 +148,42 @@ class CompletionServing:
         rid, tenant = env.request_id, env.tenant
         waiter = self.backend.replies.register(rid, tenant, stream=req.stream)
         handover = Handover(self, env, topic, waiter)
+        call = GenAiCall(env, self.labels)  # the request span: open until the reply
         try:
-            with request_span("gateway", headers, t0, request_id=rid, tenant=tenant):
+            with request_span("gateway", headers, t0, False, request_id=rid, tenant=tenant) as span:
+                call.start(span)
                 await handover.run(self.backend.peek is not None and worth_peeking(env, s))
-        except Exception:
-            self.backend.replies.release(rid)
+        except BaseException as exc:
+            call.end(exc)
+            if isinstance(exc, Exception):
+                self.backend.replies.release(rid)
             raise
 
         def finish_timings(final: Envelope) -> float:
+            call.answered(final)
             return handover.finish_timings(t0, final)
 
         if req.stream:
+
+            def stream_ended() -> None:
+                admitted.release()
+                call.end_after(waiter.final)
+
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             reply = StreamReply(self, env, waiter, req.n or 1, created, deadline_s, include_usage)
             return BoundedStreamingResponse(
-                reply.events(finish_timings, admitted.release),
+                reply.events(finish_timings, stream_ended),
                 s.gateway_stream_write_timeout_s,
                 media_type="text/event-stream",
                 headers={"X-Request-Id": rid, "Cache-Control": "no-cache", **adapter_header(env)},
             )
-        return await self._reply(env, waiter, created, deadline_s, finish_timings, admitted.release)
+        try:
+            response = await self._reply(env, waiter, created, deadline_s, finish_timings, admitted.release)
+        except BaseException as exc:
+            call.end(exc)
+            raise
+        call.end()
+        return response
 
     async def _reply(
         self,

@@ -15,6 +15,7 @@ from shared.openai.errors import error_body
 from shared.openai.format import response_body, to_envelope
 from shared.openai.protocol import AsyncRequest, ChatCompletionRequest, CompletionRequest
 from shared.runtime.envelope import Envelope, encode, new_request_id
+from shared.runtime.genai import request_attributes
 from shared.runtime.telemetry import get_logger, request_span
 
 from ..backend import Backend
@@ -97,7 +98,10 @@ class AsyncRequests:
             ) from None
         if new:
             try:
-                with request_span("gateway", headers, time.time_ns(), request_id=rid, tenant=tenant):
+                with request_span("gateway", headers, time.time_ns(), request_id=rid, tenant=tenant) as span:
+                    # The request's side only: the answer may be read on another replica, later.
+                    if span.is_recording():
+                        span.set_attributes(request_attributes(env))
                     await self.backend.submit(env, None)
             except Exception:
                 await store.forget(rid, tenant)
