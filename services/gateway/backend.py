@@ -16,6 +16,7 @@ from .replies import ReplyRouter
 from .requests.store import ResultStore
 from .rollouts.claims import RolloutClaims
 from .rollouts.store import RolloutStore
+from .stream_slots import SharedStreams
 
 log = get_logger(__name__)
 
@@ -48,6 +49,8 @@ class Backend:
     rollouts: RolloutStore | None = None
     # Rollout ids shared by the replicas (Redis; None: this replica alone decides).
     rollout_claims: RolloutClaims | None = None
+    # Streams per tenant counted over every replica (Redis); None: this replica counts its own.
+    stream_slots: SharedStreams | None = None
     # Requests held open for their reply (sync and streams), bounded by SY_GATEWAY_MAX_IN_FLIGHT;
     # shutdown waits for them before the reply reader stops.
     in_flight: Slots = field(init=False)

@@ -30,16 +30,16 @@ from .limits import Slots
 class Ticket:
     """The slots one admitted request holds (in flight, and a stream slot for streams)."""
 
-    def __init__(self, gate: Gate, tenant: str, stream: bool) -> None:
-        self.gate, self.tenant, self.stream, self.done = gate, tenant, stream, False
+    def __init__(self, gate: Gate, tenant: str, stream_slot: str | None) -> None:
+        self.gate, self.tenant, self.stream_slot, self.done = gate, tenant, stream_slot, False
 
     def release(self) -> None:
         """Give back the in-flight slot (and the stream slot) once, whichever path ends first."""
         if not self.done:
             self.done = True
             self.gate.in_flight.give("")
-            if self.stream:
-                self.gate.streams.give(self.tenant)
+            if self.stream_slot is not None:
+                self.gate.give_stream(self.tenant, self.stream_slot)
 
 
 class Gate:
@@ -68,27 +68,43 @@ class Gate:
         if not self.backend.ready():
             raise ApiError(503, "gateway is not ready", "not_ready")
 
-    def admit(self, tenant: str, stream: bool) -> Ticket:
-        """Ready, a stream slot (429), then this replica's bound on requests waiting for replies
-        (503); the rate was counted on authentication (`tenant`)."""
+    async def admit(self, tenant: str, stream: bool) -> Ticket:
+        """Ready, a stream slot (429; counted over every replica when they share a Redis), then
+        this replica's bound on requests waiting for replies (503); the rate was counted on
+        authentication (`tenant`)."""
         self.check_ready()
-        if stream and self.streams.used(tenant) >= self.streams.limit:
-            raise ApiError(
-                429,
-                f"{self.streams.limit} streams already open for this tenant",
-                "too_many_streams",
-                headers={"Retry-After": "1"},
-            )
+        slot = await self._take_stream(tenant) if stream else None
         if not self.in_flight.take(""):
+            if slot is not None:
+                self.give_stream(tenant, slot)
             raise ApiError(
                 503,
                 f"gateway overloaded: {self.settings.gateway_max_in_flight} requests already waiting for replies",
                 "overloaded",
                 headers={"Retry-After": "1"},
             )
-        if stream:
-            self.streams.take(tenant)
-        return Ticket(self, tenant, stream)
+        return Ticket(self, tenant, slot)
+
+    async def _take_stream(self, tenant: str) -> str:
+        shared = self.backend.stream_slots
+        slot = (
+            await shared.take(tenant) if shared is not None else ("" if self.streams.take(tenant) else None)
+        )
+        if slot is None:
+            raise ApiError(
+                429,
+                f"{self.streams.limit} streams already open for this tenant",
+                "too_many_streams",
+                headers={"Retry-After": "1"},
+            )
+        return slot
+
+    def give_stream(self, tenant: str, slot: str) -> None:
+        shared = self.backend.stream_slots
+        if shared is not None:
+            shared.give(tenant, slot)
+        else:
+            self.streams.give(tenant)
 
     async def spend_tokens(self, env: Envelope) -> None:
         """The tenant's token budget: prompt tokens (counted when prepared here, else estimated)
@@ -149,19 +165,19 @@ class Admitted(Generic[R]):
     release: Callable[[], None]
 
 
-def _admitted(gate: Gate, req: R, tenant: str) -> Admitted[R]:
+async def _admitted(gate: Gate, req: R, tenant: str) -> Admitted[R]:
     t0 = time.time_ns()
-    return Admitted(req, tenant, t0, gate.admit(tenant, req.stream).release)
+    return Admitted(req, tenant, t0, (await gate.admit(tenant, req.stream)).release)
 
 
 async def admit_chat(
     req: ChatCompletionRequest, request: Request, tenant: Tenant
 ) -> Admitted[ChatCompletionRequest]:
     """Authenticated, the body valid (400 first), then admitted."""
-    return _admitted(gate_of(request), req, tenant)
+    return await _admitted(gate_of(request), req, tenant)
 
 
 async def admit_completion(
     req: CompletionRequest, request: Request, tenant: Tenant
 ) -> Admitted[CompletionRequest]:
-    return _admitted(gate_of(request), req, tenant)
+    return await _admitted(gate_of(request), req, tenant)

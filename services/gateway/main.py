@@ -33,7 +33,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     resubmitter = Resubmitter(settings, store, publisher.submit, reader.ready.is_set)
     registry = RegistryClient(settings)
     rollouts = RolloutStore(store_path(settings))
-    rewards = RewardsReader(settings, rollouts)
+    rewards = RewardsReader(settings, rollouts, shared.claims)
     peek = CachePeek(settings) if settings.cache_peek_url and settings.cache_enabled else None
     preparer = TextPreparer(settings) if settings.gateway_prepare_text else None
     if preparer is not None:
@@ -49,6 +49,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
         draining=lambda: health.draining,
         rollouts=rollouts,
         rollout_claims=shared.claims,
+        stream_slots=shared.streams,
         peek=peek,
         prepare=preparer.prepare if preparer is not None else None,
     )
@@ -56,7 +57,7 @@ async def build(settings: Settings, producer: Producer, health: Health) -> Servi
     app = body_limit(create_app(backend), settings.gateway_max_body_bytes)
     return Service(
         [],
-        background=[reader.run, resubmitter.run, rewards.run],
+        background=[reader.run, resubmitter.run, rewards.run, *shared.background],
         app=app,
         on_drain=[backend.open_requests_answered],
         on_stop=[store.close, *shared.closers, *([peek.close] if peek is not None else [])],

@@ -1,9 +1,11 @@
 """What gateway replicas share in Redis (SY_GATEWAY_STATE_URL): the reply partition each one
-reads, and rollout ids claimed across replicas. Without it, one gateway reads every reply
-partition and claims rollouts in its own store (docs/scaling.md)."""
+reads, rollout ids (and the unfinished-rollouts quota) claimed across replicas, and the open
+streams per tenant. Without it, one gateway reads every reply partition and counts rollouts and
+streams itself (docs/scaling.md)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -11,15 +13,18 @@ from shared.runtime.config import Settings
 
 from .reply_lease import ReplyLease
 from .rollouts.claims import RolloutClaims
+from .stream_slots import SharedStreams
 
 
 @dataclass(slots=True)
 class ReplicaState:
-    """The lease and claims of one replica; both None when the gateway runs alone."""
+    """The lease, claims and stream slots of one replica; all None when the gateway runs alone."""
 
     settings: Settings
     lease: ReplyLease | None = None
     claims: RolloutClaims | None = None
+    streams: SharedStreams | None = None
+    background: list[Callable[[asyncio.Event], Awaitable[None]]] = field(default_factory=list)
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def reply_to(self) -> str:
@@ -33,4 +38,7 @@ def open_replica_state(settings: Settings) -> ReplicaState:
         return ReplicaState(settings)
     lease = ReplyLease(url, settings.instance_id)
     claims = RolloutClaims(url, settings.rollout_quota_window_s)
-    return ReplicaState(settings, lease, claims, [lease.close, claims.close])
+    streams = SharedStreams(url, settings.instance_id, settings.gateway_max_streams_per_tenant)
+    return ReplicaState(
+        settings, lease, claims, streams, [streams.run], [lease.close, claims.close, streams.close]
+    )

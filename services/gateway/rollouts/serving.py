@@ -16,6 +16,7 @@ from ..backend import Backend
 from ..deps import Gate
 from ..errors import ApiError
 from ..models.serving import ModelCatalog
+from .claims import Claim
 from .protocol import RolloutRequest, rollout_cost, to_job_envelope
 from .store import RolloutStore, store_path
 
@@ -76,19 +77,18 @@ class RolloutServing:
             not store.exists(tenant, rollout_id)
             and store.unfinished(tenant, s.rollout_quota_window_s) >= s.tenant_max_rollouts
         ):
-            raise ApiError(
-                429,
-                f"{s.tenant_max_rollouts} rollouts already unfinished for this tenant in the last "
-                f"{s.rollout_quota_window_s:g} s (SY_TENANT_MAX_ROLLOUTS): wait for some to finish",
-                "too_many_rollouts",
-                None,
-                headers={"Retry-After": "5"},
-            )
+            raise self._over_quota()
         claims = self.backend.rollout_claims
         if store.accept(env, policy):
-            if claims is not None and not await claims.claim(env, policy):
-                store.forget(tenant, rollout_id)  # another replica took the id meanwhile: its job
-                await self._adopt(tenant, rollout_id)
+            # Across replicas the quota is counted in Redis, in the script that claims the id.
+            claim = (
+                await claims.claim(env, policy, s.tenant_max_rollouts) if claims is not None else Claim.OURS
+            )
+            if claim is not Claim.OURS:
+                store.forget(tenant, rollout_id)
+                if claim is Claim.OVER_QUOTA:
+                    raise self._over_quota()
+                await self._adopt(tenant, rollout_id)  # another replica took the id meanwhile: its job
                 return store.get(tenant, rollout_id, with_samples=False) or {}
             try:
                 await self.backend.submit(env, None)
@@ -99,6 +99,17 @@ class RolloutServing:
                 raise
             log.info("rollout accepted", rollout_id=rollout_id, groups=len(body.prompts), n=body.n)
         return store.get(tenant, rollout_id, with_samples=False) or {}
+
+    def _over_quota(self) -> ApiError:
+        s = self.backend.settings
+        return ApiError(
+            429,
+            f"{s.tenant_max_rollouts} rollouts already unfinished for this tenant in the last "
+            f"{s.rollout_quota_window_s:g} s (SY_TENANT_MAX_ROLLOUTS): wait for some to finish",
+            "too_many_rollouts",
+            None,
+            headers={"Retry-After": "5"},
+        )
 
     async def _adopt(self, tenant: str, rollout_id: str) -> None:
         """Copy a rollout another replica accepted into this replica's store (claims.py)."""

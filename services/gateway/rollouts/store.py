@@ -81,6 +81,20 @@ class RolloutStore:
             ).fetchone()
         return int(n)
 
+    def finished(self, rollouts: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Those of these (tenant, rollout id)s that failed or have every group in."""
+        done = []
+        with self._lock:
+            for tenant, rollout_id in rollouts:
+                row = self._db.execute(
+                    "SELECT 1 FROM rollouts r WHERE r.tenant=? AND r.id=? AND (r.error IS NOT NULL OR "
+                    "r.num_groups <= (SELECT COUNT(*) FROM groups g WHERE g.tenant=r.tenant AND g.rollout_id=r.id))",
+                    (tenant, rollout_id),
+                ).fetchone()
+                if row is not None:
+                    done.append((tenant, rollout_id))
+        return done
+
     def exists(self, tenant: str, rollout_id: str) -> bool:
         with self._lock:
             row = self._db.execute(

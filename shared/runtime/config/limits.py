@@ -41,7 +41,9 @@ class TenantLimitsSettings(Section):
         description="Async requests a tenant may have queued (unanswered) at once (429 past it)",
     )
     tenant_max_rollouts: int = Field(
-        default=64, ge=1, description="Rollouts a tenant may have unfinished at once (429 past it)"
+        default=64,
+        ge=1,
+        description="Rollouts a tenant may have unfinished at once, over all replicas sharing SY_GATEWAY_STATE_URL (429 past it)",
     )
     rollout_quota_window_s: float = Field(
         default=3600.0,
@@ -56,5 +58,7 @@ class TenantLimitsSettings(Section):
         default=200, ge=1, description="Adapters a tenant may own in the registry (429 past it)"
     )
     gateway_max_streams_per_tenant: int = Field(
-        default=64, ge=1, description="Concurrent streaming responses per tenant per replica (429 past it)"
+        default=64,
+        ge=1,
+        description="Concurrent streaming responses per tenant, over all replicas sharing SY_GATEWAY_STATE_URL (429 past it)",
     )
