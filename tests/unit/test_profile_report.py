@@ -284,3 +284,42 @@ def test_per_second_charts_leave_out_a_last_part_second() -> None:
     assert sorted(_per_second(run, run["requests"], lambda r: 1)) == [0, 3]
     run["finished"] = 104.6  # more than half of it: kept
     assert sorted(_per_second(run, run["requests"], lambda r: 1)) == [0, 3, 4]
+
+
+def test_the_slowest_bar_is_marked_at_those_requests_own_e2e() -> None:
+    """300 requests: the slowest 1% are three (stuck 300, 600 and 900 ms in a hop). Their bar is
+    marked at their own mean e2e, which their stack adds up to; the p99 is another figure (here
+    the fastest of the three), and a bar drawn against it looked 300 ms too long."""
+    reqs = [request(100 + i * 0.05, "vllm", 50.0) for i in range(297)]
+    reqs += [request(120 + i, "vllm", 20.0, hop_ms=h) for i, h in enumerate((300.0, 600.0, 900.0))]
+    p = report.analyse(run_of(reqs))["pools"]["vllm"]
+    assert p["slowest_1pct_n"] == 3
+    slow = sum(p["slowest_1pct_mean_ms"].values())
+    assert abs(p["slowest_1pct_e2e_ms"] - slow) <= 0.01 * slow, (p["slowest_1pct_e2e_ms"], slow)
+    assert p["e2e_ms"]["p99"] < 0.6 * slow
+
+
+def test_a_repeat_sends_an_answered_request_again_exactly() -> None:
+    """cache_hit_ratio repeats whole requests (model or adapter, max_tokens, media), not only the
+    prompt: a repeat with another adapter or max_tokens is a different cache key and cannot hit."""
+    from shared.devstack.profiling.runner import Generator
+
+    sc = Scenario(
+        name="t",
+        cache_hit_ratio=0.5,
+        adapter_mix={"": 0.5, "tally": 0.5},
+        max_tokens=(8, 64),
+        media_share=0.3,
+    )
+    gen = Generator(sc)
+    sent: list[dict] = []
+    repeats = 0
+    for _ in range(400):
+        body, meta = gen.next()
+        if meta["repeat"]:
+            repeats += 1
+            assert body in sent, body
+        else:
+            gen.answered(body, meta)
+        sent.append(body)
+    assert 150 < repeats < 250, repeats

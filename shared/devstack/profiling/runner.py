@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import random
 import struct
@@ -76,21 +77,25 @@ class Generator:
 
     def __init__(self, sc: Scenario) -> None:
         self.sc, self.rng = sc, random.Random(sc.seed)
-        self.done: list[str] = []  # prompts answered so far (repeats of these can hit the cache)
+        # Requests answered so far, as sent: a repeat sends one of them again exactly (the same
+        # model, adapter, max_tokens and media), so the cache can answer it.
+        self.done: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self.n = 0
+
+    def answered(self, body: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.done.append((body, meta))
 
     def next(self) -> tuple[dict[str, Any], dict[str, Any]]:
         sc, rng = self.sc, self.rng
         self.n += 1
-        repeat = bool(self.done) and rng.random() < sc.cache_hit_ratio
-        if repeat:
-            text = rng.choice(self.done)
-        else:
-            ex = tasks.sample(rng.choice(tasks.TASKS), rng)
-            filler = " ".join(
-                rng.choice(["lorem", "ipsum", "data", "note"]) for _ in range(rng.randint(*sc.prompt_words))
-            )
-            text = f"{filler}\n{ex.prompt}" if filler else ex.prompt
+        if self.done and rng.random() < sc.cache_hit_ratio:
+            body, meta = rng.choice(self.done)
+            return copy.deepcopy(body), {**meta, "repeat": True}
+        ex = tasks.sample(rng.choice(tasks.TASKS), rng)
+        filler = " ".join(
+            rng.choice(["lorem", "ipsum", "data", "note"]) for _ in range(rng.randint(*sc.prompt_words))
+        )
+        text = f"{filler}\n{ex.prompt}" if filler else ex.prompt
         names, weights = zip(*sc.adapter_mix.items(), strict=True)
         model = rng.choices(names, weights)[0] or sc.model
         media = rng.random() < sc.media_share
@@ -109,7 +114,7 @@ class Generator:
         }
         if sc.stream:
             body["stream_options"] = {"include_usage": True}
-        return body, {"text": text, "repeat": repeat, "model": model, "media": media}
+        return body, {"text": text, "repeat": False, "model": model, "media": media}
 
 
 async def one(http: httpx.AsyncClient, url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -207,10 +212,10 @@ async def run(
 
         async def send() -> None:
             body, meta = gen.next()
-            rec = await one(http, url, api_key, body)
+            rec = await one(http, url, api_key, copy.deepcopy(body))
             rec.update(meta)
-            if rec["status"] == 200 and "error" not in rec:
-                gen.done.append(meta["text"])
+            if rec["status"] == 200 and "error" not in rec and not meta["repeat"]:
+                gen.answered(body, meta)
             records.append(rec)
             if progress:
                 print(f"\r{len(records)} requests", end="", flush=True)

@@ -18,7 +18,12 @@ class Scenario(BaseModel):
     adapter_mix: dict[str, float] = Field(
         default_factory=lambda: {"": 1.0}, description='model name ("" = the base model) or adapter -> weight'
     )
-    cache_hit_ratio: float = Field(default=0.0, ge=0, le=1, description="Share of repeated prompts")
+    cache_hit_ratio: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of requests that send an answered request again exactly (model, adapter, max_tokens, media): what the cache can answer",
+    )
     media_share: float = Field(default=0.0, ge=0, le=1, description="Share of requests with an image")
     stream: bool = True
     model: str = "sy-tiny"
