@@ -122,10 +122,13 @@ def response_attributes(env: Envelope) -> dict[str, Any]:
 
 
 class ModelLabels:
-    """Metric labels of an envelope, bounded by the configured models."""
+    """Metric labels of an envelope, bounded by the configured models; each label set's series
+    are looked up once (a `labels()` call costs more than the observation)."""
 
     def __init__(self, models: Iterable[str]) -> None:
         self.known = frozenset(models)
+        self.usage: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self.server: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
 
     def of(self, env: Envelope) -> tuple[str, str, str, str]:
         if env.model in self.known:
@@ -135,8 +138,14 @@ class ModelLabels:
     def observe_usage(self, env: Envelope) -> None:
         """gen_ai.client.token.usage of one answered request."""
         labels, usage = self.of(env), env.response.usage
-        TOKEN_USAGE.labels(*labels, "input").observe(usage.prompt_tokens)
-        TOKEN_USAGE.labels(*labels, "output").observe(usage.completion_tokens)
+        series = self.usage.get(labels)
+        if series is None:
+            series = self.usage[labels] = (
+                TOKEN_USAGE.labels(*labels, "input"),
+                TOKEN_USAGE.labels(*labels, "output"),
+            )
+        series[0].observe(usage.prompt_tokens)
+        series[1].observe(usage.completion_tokens)
 
     def observe_server(
         self, env: Envelope, start_ns: int, first_ns: int, end_ns: int, times: Sequence[int]
@@ -144,11 +153,17 @@ class ModelLabels:
         """A worker's generation, taken at `start_ns`, its first token at `first_ns` (0: none),
         answered at `end_ns`; `times`: the first choice's token times (one sequence's decode)."""
         labels = self.of(env)
+        series = self.server.get(labels)
+        if series is None:
+            series = self.server[labels] = tuple(  # type: ignore[assignment]
+                h.labels(*labels) for h in (TIME_TO_FIRST_TOKEN, TIME_PER_OUTPUT_TOKEN, REQUEST_DURATION)
+            )
+        ttft, tpot, duration = series
         if first_ns:
-            TIME_TO_FIRST_TOKEN.labels(*labels).observe((first_ns - start_ns) / 1e9)
+            ttft.observe((first_ns - start_ns) / 1e9)
         if len(times) > 1:
-            TIME_PER_OUTPUT_TOKEN.labels(*labels).observe((times[-1] - times[0]) / 1e9 / (len(times) - 1))
-        REQUEST_DURATION.labels(*labels).observe((end_ns - start_ns) / 1e9)
+            tpot.observe((times[-1] - times[0]) / 1e9 / (len(times) - 1))
+        duration.observe((end_ns - start_ns) / 1e9)
 
 
 def annotate(span: trace.Span, env: Envelope) -> None:
