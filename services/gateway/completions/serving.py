@@ -150,7 +150,9 @@ class CompletionServing:
         handover = Handover(self, env, topic, waiter)
         call = GenAiCall(env, self.labels)  # the request span: open until the reply
         try:
-            with request_span("gateway", headers, t0, False, request_id=rid, tenant=tenant) as span:
+            with request_span(
+                "gateway", headers, t0, end_on_exit=False, request_id=rid, tenant=tenant
+            ) as span:
                 call.start(span)
                 await handover.run(self.backend.peek is not None and worth_peeking(env, s))
         except BaseException as exc:
