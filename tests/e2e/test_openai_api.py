@@ -271,6 +271,61 @@ def test_client_traceparent_is_continued_and_its_sampled_flag_kept(pipeline) -> 
     assert _spans_of(pipeline, quiet, set(), timeout_s=0) == []
 
 
+def _gen_ai_sample(pipeline, service: str, sample: str, **labels: str) -> float:
+    """One gen_ai_* sample off a service's /metrics (0 before it is first observed)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(pipeline.endpoints["services"][service]["url"] + "/metrics", timeout=10).text
+    want = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "switchyard", **labels}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == sample and all(s.labels.get(k) == v for k, v in want.items()):
+                return s.value
+    return 0.0
+
+
+def test_gen_ai_conventions_on_the_spans_and_the_metrics(pipeline) -> None:
+    """One chat: the gateway's token usage grows by the reply's usage, the worker observes its
+    time to first token, and both spans carry the reply's gen_ai.* values (docs/operations.md)."""
+    models = {"gen_ai_request_model": "sy-tiny", "gen_ai_response_model": "sy-tiny"}
+    usage_sum = "gen_ai_client_token_usage_sum"
+    ttft_count = "gen_ai_server_time_to_first_token_seconds_count"
+    before = [
+        _gen_ai_sample(pipeline, "gateway", usage_sum, gen_ai_token_type=t, **models)
+        for t in ("input", "output")
+    ]
+    ttft_before = _gen_ai_sample(pipeline, "vllm_worker", ttft_count, **models)
+    trace_id = os.urandom(16).hex()
+    r = httpx.post(
+        pipeline.base_url + "/chat/completions",
+        json={"model": "sy-tiny", "messages": MSG, "max_tokens": 4, "temperature": 0, "seed": 3},
+        headers={**AUTH_A, "traceparent": f"00-{trace_id}-{os.urandom(8).hex()}-01"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    body, usage = r.json(), r.json()["usage"]
+    after = [
+        _gen_ai_sample(pipeline, "gateway", usage_sum, gen_ai_token_type=t, **models)
+        for t in ("input", "output")
+    ]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    ]
+    assert _gen_ai_sample(pipeline, "vllm_worker", ttft_count, **models) == ttft_before + 1
+    spans = {s["name"]: s["attributes"] for s in _spans_of(pipeline, trace_id, {"gateway", "vllm_worker"})}
+    for name in ("gateway", "vllm_worker"):
+        a = spans[name]
+        assert (a["gen_ai.operation.name"], a["gen_ai.request.model"], a["gen_ai.request.seed"]) == (
+            "chat",
+            "sy-tiny",
+            3,
+        )
+        assert a["gen_ai.response.id"] == body["id"] and a["gen_ai.response.model"] == "sy-tiny", name
+        assert a["gen_ai.usage.input_tokens"] == usage["prompt_tokens"], name
+        assert a["gen_ai.usage.output_tokens"] == usage["completion_tokens"], name
+
+
 def test_async_api_with_idempotent_retry_and_tenant_isolation(pipeline) -> None:
     url = pipeline.base_url
     a, b = {"Authorization": "Bearer sk-a"}, {"Authorization": "Bearer sk-b"}
