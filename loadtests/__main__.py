@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from loadtests import (
+    accept_store,
     batch,
     broker_capacity,
     bus,
@@ -33,6 +34,7 @@ SCENARIOS = {
     "pipeline-vs-engine": pipeline.run,
     "cost": cost.run,
     "capacity": capacity.run,
+    "accept-store": accept_store.run,
     "lora-scaling": lora.run,
     "cache-eval": cache_eval.run,
     "cache": cache.run,
