@@ -7,8 +7,6 @@ in (a backend that answers what is submitted); the whole path is tests/e2e/test_
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +16,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
-from switchyard.v1.envelope_pb2 import Choice, Response, Usage
 
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
-from services.gateway.replies import ReplyRouter
 from services.gateway.requests.sqlite_store import SqliteResultStore
 from shared.generation.worker import GenerationWorker
 from shared.runtime import genai, telemetry
 from shared.runtime.config import Settings, load_settings
 from shared.runtime.envelope import Envelope, Kind
+from tests.helpers.answering import Answering
 from tests.unit.test_generation_worker import FakeEngine
 
 AUTH = {"Authorization": "Bearer sk-a"}
@@ -52,27 +49,9 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     return exporter
 
 
-class Pipeline:
-    """Stands in for everything behind the gateway: answers each submitted request at once."""
-
-    def __init__(self) -> None:
-        self.replies = ReplyRouter()
-
-    async def submit(self, env: Envelope, topic: str | None = None) -> None:
-        out = Envelope.FromString(env.SerializeToString())
-        n = out.request.sampling.n or 1
-        out.response.CopyFrom(
-            Response(
-                choices=[Choice(index=i, text="ok", finish_reason="length") for i in range(n)],
-                usage=Usage(prompt_tokens=USAGE[0], completion_tokens=USAGE[1], total_tokens=sum(USAGE)),
-            )
-        )
-        asyncio.get_running_loop().call_soon(self.replies.on_response, out, time.time_ns())
-
-
 def client(tmp_path: Path) -> httpx.AsyncClient:
     settings = Settings(var_dir=tmp_path, api_keys={"sk-a": "acme"}, gateway_timeout_s=3)
-    pipeline = Pipeline()
+    pipeline = Answering(text="ok", finish_reason="length", usage=USAGE)
     backend = Backend(
         settings=settings,
         submit=pipeline.submit,
