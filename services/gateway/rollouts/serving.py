@@ -72,15 +72,16 @@ class RolloutServing:
         await self._adopt(tenant, rollout_id)  # accepted on another replica: a retry of that job
         if not store.exists(tenant, rollout_id):  # a retry spends no tokens twice
             await self.gate.admission.tokens(tenant, rollout_cost(body))
-        # The quota check and the accept with no await between (one event loop per replica).
+        claims = self.backend.rollout_claims
+        # Alone, the quota check and the accept run with no await between (one event loop); with
+        # replicas the quota is counted in Redis, in the script that claims the id.
         if (
-            not store.exists(tenant, rollout_id)
+            claims is None
+            and not store.exists(tenant, rollout_id)
             and store.unfinished(tenant, s.rollout_quota_window_s) >= s.tenant_max_rollouts
         ):
             raise self._over_quota()
-        claims = self.backend.rollout_claims
         if store.accept(env, policy):
-            # Across replicas the quota is counted in Redis, in the script that claims the id.
             claim = (
                 await claims.claim(env, policy, s.tenant_max_rollouts) if claims is not None else Claim.OURS
             )
