@@ -15,8 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from loadtests.capacity import accept_rate, minimal_app
-from loadtests.harness.broker import log_ends, written_since
+from loadtests.capacity import accept_rate, minimal_app, queued_accepts
 from loadtests.harness.stack import pipeline, sy_tiny, var_dir
 from loadtests.pipeline import API_KEY
 
@@ -33,13 +32,8 @@ async def one_run(model_dir: Path, var: Path, store: str, accepts: int) -> dict[
         SY_TENANT_MAX_QUEUED="100000",
         **STORES[store],
     ) as stack:
-        boot = str(stack.endpoints["kafka"])
-        starts = await log_ends(boot)
-        warm = await accept_rate(stack.url, API_KEY, 50, poll=False)  # connections, scripts
-        got = await accept_rate(stack.url, API_KEY, accepts, poll=False)
-        written = await written_since(boot, starts)
-        got["records_in_broker"] = sum(v["records"] for k, v in written.items() if "requests" in k)
-        got["lost"] = max(0, got["accepted"] + warm["accepted"] - got["records_in_broker"])
+        await accept_rate(stack.url, API_KEY, 50, poll=False)  # warm: connections, scripts
+        got = await queued_accepts(stack.url, str(stack.endpoints["kafka"]), accepts)
         got["store"] = store
         return got
 
@@ -51,8 +45,10 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     runs = [await one_run(model_dir, var, store, accepts) for _ in range(2) for store in STORES]
     with minimal_app() as murl:
         minimal = [await accept_rate(murl, "none", accepts, poll=False) for _ in range(2)]
-    med = {s: statistics.median(r["accepted_per_s"] for r in runs if r["store"] == s) for s in STORES}
-    floor = statistics.median(m["accepted_per_s"] for m in minimal)
+    med = {
+        s: round(statistics.median(r["accepted_per_s"] for r in runs if r["store"] == s), 1) for s in STORES
+    }
+    floor = round(statistics.median(m["accepted_per_s"] for m in minimal), 1)
     summary = {
         "redis_accepted_per_s": med["redis"],
         "sqlite_accepted_per_s": med["sqlite"],

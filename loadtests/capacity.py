@@ -227,6 +227,17 @@ async def accept_rate(url: str, api_key: str, n: int, poll: bool, concurrency: i
         return out
 
 
+async def queued_accepts(url: str, bootstrap: str, n: int) -> dict[str, Any]:
+    """n async submissions to a gateway running alone; every accepted one counted in the broker's
+    log (what the gateway wrote, heartbeats aside): `lost` is accepted but not there."""
+    starts = await log_ends(bootstrap)
+    got = await accept_rate(url, API_KEY, n, poll=False)
+    written = await written_since(bootstrap, starts)
+    got["records_in_broker"] = sum(v["records"] for k, v in written.items() if "heartbeats" not in k)
+    got["lost"] = max(0, got["accepted"] - got["records_in_broker"])
+    return got
+
+
 @contextmanager
 def minimal_app() -> Iterator[str]:
     port = free_port()
@@ -272,12 +283,7 @@ async def run(out: Path, quick: bool = False) -> dict[str, Any]:
     with pipeline(
         model_dir, var, cache=False, services=["gateway"], stop_timeout_s=60, SY_TENANT_MAX_QUEUED="100000"
     ) as stack:
-        boot = str(stack.endpoints["kafka"])
-        starts = await log_ends(boot)
-        queued = await accept_rate(stack.url, API_KEY, accepts, poll=False)
-        written = await written_since(boot, starts)
-        queued["records_in_broker"] = sum(v["records"] for k, v in written.items() if "heartbeats" not in k)
-        queued["lost"] = max(0, queued["accepted"] - queued["records_in_broker"])
+        queued = await queued_accepts(stack.url, str(stack.endpoints["kafka"]), accepts)
     forget_cache_entries(var)  # "unique" prompts must be new to this cache, not last run's
     with pipeline(model_dir, var, cache=True, stop_timeout_s=90) as stack:
         cases["cache_on_unique"] = await ramp(stack.url, API_KEY, unique_bodies(), step_s)
